@@ -1,0 +1,27 @@
+"""Paged KV-cache memory: a block pool, block tables, copy-on-write, prefix caching, an event log.
+
+    from paged_lab.memory import BlockManager
+    bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
+    table = bm.allocate("req-0", prompt_token_ids)   # physical block ids, in logical order
+    cow = bm.append_token("req-0", next_token)       # None, or CowAction(src, dst) to copy KV
+    bm.free("req-0")
+"""
+
+from paged_lab.memory.block_manager import BlockManager, BlockManagerStats, CowAction
+from paged_lab.memory.block_pool import BlockPool
+from paged_lab.memory.errors import (
+    BlockManagerError,
+    DuplicateSequence,
+    InvalidArgument,
+    InvalidBlockConfig,
+    OutOfBlocks,
+    UnknownSequence,
+)
+from paged_lab.memory.events import KINDS, Event, PoolState, replay
+from paged_lab.memory.prefix_cache import block_hashes, hash_block
+
+__all__ = [
+    "BlockManager", "BlockManagerStats", "CowAction", "BlockPool",
+    "BlockManagerError", "DuplicateSequence", "InvalidArgument", "InvalidBlockConfig", "OutOfBlocks",
+    "UnknownSequence", "KINDS", "Event", "PoolState", "replay", "block_hashes", "hash_block",
+]

@@ -1,0 +1,139 @@
+"""The event log: every change the BlockManager makes to the pool, in order, and a pure replay.
+
+Kinds (the vocabulary of the figures):
+
+=========  ==========================================================================================
+hit        ``allocate`` reused cached blocks: ``block_ids`` are the reused blocks, ``num_tokens`` the
+           reused tokens.
+evict      a free block that still held cached content was taken for new content: ``block_ids=(b,)``.
+allocate   a new sequence got its block table: ``block_ids`` is the whole table.
+cow        copy-on-write: ``block_ids=(src, dst)``; the sequence's table now holds ``dst`` for ``src``.
+append     one token was written into ``block_ids=(b,)``; when ``b`` is not yet the last block of
+           the table it was just taken from the free queue. ``num_tokens`` is the new length.
+fork       ``seq_id`` (the child) now shares every block of ``parent_id``: ``block_ids`` is its table.
+free       the sequence finished; ``block_ids`` is its table, released last block first.
+cache      full blocks got a prefix-cache hash (they can be reused from now on): ``block_ids``.
+=========  ==========================================================================================
+
+``replay(events, num_blocks, upto)`` rebuilds the pool from the log alone (refcounts, owners,
+block tables, free-queue order, cached blocks); a test checks it equals the live manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    index: int  # position in the log
+    kind: str  # one of KINDS
+    seq_id: Hashable | None
+    block_ids: tuple[int, ...] = ()
+    num_tokens: int = 0  # the sequence's length after the operation (hit: the reused tokens)
+    parent_id: Hashable | None = None  # fork only
+    clock: int = 0  # the manager's ``clock`` when it happened (a scheduler sets it to its step)
+
+    def describe(self) -> str:
+        b = list(self.block_ids)
+        text = {
+            "hit": f"seq {self.seq_id!r} reuses cached blocks {b} ({self.num_tokens} tokens)",
+            "evict": f"block {b[0] if b else '?'} loses its cached content",
+            "allocate": f"seq {self.seq_id!r} gets block table {b} for {self.num_tokens} tokens",
+            "cow": f"seq {self.seq_id!r} copies block {b[0]} -> {b[-1]} before writing (copy-on-write)",
+            "append": f"seq {self.seq_id!r} writes token #{self.num_tokens} into block {b[0] if b else '?'}",
+            "fork": f"seq {self.seq_id!r} forks from {self.parent_id!r}, sharing blocks {b}",
+            "free": f"seq {self.seq_id!r} finishes; blocks {b} go back to the pool",
+            "cache": f"blocks {b} are full and now in the prefix cache",
+        }
+        return text.get(self.kind, self.kind)
+
+
+@dataclass
+class PoolState:
+    """What the pool looks like after some prefix of the event log."""
+
+    num_blocks: int
+    refcounts: list[int]
+    tables: dict[Hashable, list[int]] = field(default_factory=dict)
+    num_tokens: dict[Hashable, int] = field(default_factory=dict)
+    free_queue: list[int] = field(default_factory=list)  # next block to hand out first
+    cached: set[int] = field(default_factory=set)  # blocks holding a prefix-cache hash
+    last: Event | None = None  # the event that produced this state
+
+    def owners(self) -> dict[int, list[Hashable]]:
+        """Block id -> the sequences whose tables hold it (in table order of first appearance)."""
+        out: dict[int, list[Hashable]] = {}
+        for sid, table in self.tables.items():
+            for b in table:
+                out.setdefault(b, []).append(sid)
+        return out
+
+    def fill(self, block_size: int) -> list[int]:
+        """Tokens held by each physical block (cached free blocks are full; other free blocks 0)."""
+        out = [block_size if b in self.cached else 0 for b in range(self.num_blocks)]
+        for sid, table in self.tables.items():
+            n = self.num_tokens[sid]
+            for i, b in enumerate(table):
+                out[b] = max(0, min(block_size, n - i * block_size))
+        return out
+
+
+def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) -> PoolState:
+    """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log."""
+    from collections import OrderedDict
+
+    refcounts = [0] * num_blocks
+    free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+    state = PoolState(num_blocks, refcounts)
+
+    def take(b: int) -> None:
+        if refcounts[b] == 0:
+            free.pop(b, None)
+        refcounts[b] += 1
+
+    def release(b: int) -> None:
+        refcounts[b] -= 1
+        if refcounts[b] == 0:
+            free[b] = None
+
+    for i, ev in enumerate(events):
+        if upto is not None and i >= upto:
+            break
+        state.last = ev
+        sid, ids = ev.seq_id, ev.block_ids
+        if ev.kind == "allocate":
+            for b in ids:
+                take(b)
+            state.tables[sid] = list(ids)
+            state.num_tokens[sid] = ev.num_tokens
+        elif ev.kind == "append":
+            table = state.tables[sid]
+            if not table or table[-1] != ids[0]:
+                take(ids[0])
+                table.append(ids[0])
+            state.num_tokens[sid] = ev.num_tokens
+        elif ev.kind == "cow":
+            src, dst = ids
+            table = state.tables[sid]
+            table[table.index(src)] = dst
+            take(dst)
+            release(src)
+        elif ev.kind == "fork":
+            for b in ids:
+                take(b)
+            state.tables[sid] = list(ids)
+            state.num_tokens[sid] = ev.num_tokens
+        elif ev.kind == "free":
+            for b in reversed(state.tables.pop(sid)):
+                release(b)
+            state.num_tokens.pop(sid)
+        elif ev.kind == "evict":
+            state.cached.difference_update(ids)
+        elif ev.kind == "cache":
+            state.cached.update(ids)
+    state.free_queue = list(free)
+    return state
