@@ -1,0 +1,64 @@
+"""How long does simulate() take as the number of requests grows? (Sliders must feel live.)
+
+Workload: the notebook-05 playground's -- prompts uniform in 16-64 tokens, outputs uniform in 8-64
+tokens, all arriving at step 0 -- over a paged pool of 2,048 blocks x 16 slots (event log off, as
+``paged()`` builds it), continuous batching with 256 windows. Prints the median over several runs
+of wall time and of CPU time (the CPU figure is steadier on a busy machine), the cost per
+generated token, and how the cost grows from one size to the next (10x more requests should be
+about 10x the time: the work is linear in the tokens).
+
+    .venv/bin/python benchmarks/sim_speed.py            # 100, 1,000 and 10,000 requests
+    .venv/bin/python benchmarks/sim_speed.py --quick    # fewer repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+
+from paged_lab.memory import BlockManager
+from paged_lab.sched import ContiguousAllocator, paged, simulate, workloads
+
+SIZES = (100, 1_000, 10_000)
+
+
+def measure(n: int, repeats: int, make_allocator) -> tuple[float, float, int, int]:
+    wl = workloads.uniform(n, prompt_len=(16, 64), output_len=(8, 64), seed=0)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        alloc = make_allocator()
+        gc.collect()
+        w0, c0 = time.perf_counter(), time.process_time()
+        res = simulate(wl, alloc, {"max_num_seqs": 256})
+        cpus.append(time.process_time() - c0)
+        walls.append(time.perf_counter() - w0)
+    assert res.summary["num_finished"] == n
+    return statistics.median(walls), statistics.median(cpus), res.summary["output_tokens"], res.makespan
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = ap.parse_args()
+    variants = {
+        "paged (BlockManager, no event log)": lambda: paged(2048, 16),
+        "paged (BlockManager, event log on)": lambda: BlockManager(2048, 16),
+        "contiguous (max_seq_len 128)": lambda: ContiguousAllocator(2048 * 16, 128),
+    }
+    for label, make in variants.items():
+        print(f"\n{label}")
+        print(f"{'requests':>9} {'tokens':>9} {'steps':>6} {'wall ms':>9} {'cpu ms':>9} {'us/token':>9} {'growth':>7}")
+        prev = None
+        for n in SIZES:
+            repeats = (3 if args.quick else 7) if n < 10_000 else (1 if args.quick else 3)
+            wall, cpu, tokens, steps = measure(n, repeats, make)
+            growth = f"{cpu / prev:5.1f}x" if prev else "      -"
+            print(f"{n:>9,} {tokens:>9,} {steps:>6} {1e3 * wall:>9.1f} {1e3 * cpu:>9.1f} "
+                  f"{1e6 * cpu / tokens:>9.2f} {growth:>7}")
+            prev = cpu
+
+
+if __name__ == "__main__":
+    main()

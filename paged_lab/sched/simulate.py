@@ -1,0 +1,248 @@
+"""simulate(): run the real Scheduler and allocator over a workload, with no model.
+
+Each step calls ``schedule()``, pretends the forward ran, and feeds ``update()`` synthetic sampled
+token ids (a pure function of the request and the position, so prefix caching behaves as it
+would on real text: requests share only what their prompts share). Records one timeline row per
+step and one row per request.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paged_lab.memory import BlockManager
+from paged_lab.sched.contiguous import ContiguousAllocator
+from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
+from paged_lab.sched.sequence import Sequence
+from paged_lab.sched.workloads import Request, Workload
+
+TIMELINE_COLUMNS = ("step", "running", "waiting", "swapped", "kv_usage", "used_slots", "reserved_slots",
+                    "utilization", "internal_frag", "external_frag", "preempted", "prefill_tokens",
+                    "decode_tokens", "finished")
+
+
+_TOKEN_BASE = 1 << 40  # above every prompt token id of the workloads
+
+
+def synthetic_token(seq_index: int, position: int) -> int:
+    """The 'sampled' token of request ``seq_index`` at ``position`` (unique per pair)."""
+    return _TOKEN_BASE + (seq_index << 20) + position
+
+
+@dataclass
+class Span:
+    """Request ``name`` sat at window ``window`` for steps ``start..end`` (both included).
+    ``outcome``: "finished", "preempted" (recompute: its KV is dropped) or "swapped"."""
+
+    name: str
+    window: int
+    start: int
+    end: int
+    outcome: str
+
+
+@dataclass
+class SimResult:
+    timeline: dict[str, list]  # column -> one value per step (TIMELINE_COLUMNS)
+    requests: list[dict]  # one row per request (rejected ones too, with status "rejected")
+    summary: dict
+    spans: list[Span] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (name, error message)
+    slot_maps: dict[int, list[tuple[str | None, bool]]] = field(default_factory=dict)
+    num_slots: int = 0
+
+    @property
+    def makespan(self) -> int:
+        return self.summary["makespan"]
+
+    def slot_map_at(self, step: int) -> list[tuple[str | None, bool]]:
+        """The lockers during ``step`` (``record_slots=True``): ``(owner, holds_token)`` per slot."""
+        if not self.slot_maps:
+            raise ValueError("slot maps were not recorded: call simulate(..., record_slots=True)")
+        if step not in self.slot_maps:
+            raise ValueError(f"step must be in 0..{max(self.slot_maps)}, got {step!r}")
+        return self.slot_maps[step]
+
+
+def memory_stats(allocator) -> tuple[int, int, int]:
+    """``(used_slots, reserved_slots, external_frag_slots)`` of either allocator.
+
+    Paged: a block is reserved once it is in some block table; any free block fits any request,
+    so external fragmentation is 0 by construction.
+    """
+    if isinstance(allocator, ContiguousAllocator):
+        return allocator.used_slots, allocator.reserved_slots, allocator.external_fragmentation
+    total = allocator.num_blocks * allocator.block_size
+    return (round(allocator.usage * total),
+            (allocator.num_blocks - allocator.num_free_blocks) * allocator.block_size, 0)
+
+
+def slot_map(allocator, names: Mapping) -> list[tuple[str | None, bool]]:
+    """Owner name (or None) and 'holds a token' for every slot of the pool, for locker pictures."""
+    if isinstance(allocator, ContiguousAllocator):
+        out = [(None, False)] * allocator.num_slots
+        for sid, start, n in allocator.regions():
+            for i in range(allocator.max_seq_len):
+                out[start + i] = (names.get(sid, str(sid)), i < n)
+        return out
+    bs = allocator.block_size
+    out = [(None, False)] * (allocator.num_blocks * bs)
+    for sid in allocator.seq_ids:
+        n = allocator.num_tokens(sid)
+        for i, b in enumerate(allocator.block_table(sid)):
+            for k in range(bs):
+                if out[b * bs + k][0] is None:  # a shared block is drawn under its first owner
+                    out[b * bs + k] = (names.get(sid, str(sid)), i * bs + k < n)
+    return out
+
+
+def _make_scheduler(allocator, scheduler) -> Scheduler:
+    if isinstance(scheduler, Scheduler):
+        if allocator is not None and allocator is not scheduler.allocator:
+            raise ValueError("allocator: pass it either alone or inside scheduler, not two different ones")
+        sched = scheduler
+    else:
+        if allocator is None:
+            raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
+        if scheduler is None:
+            scheduler = {}
+        if not isinstance(scheduler, Mapping):
+            raise TypeError(f"scheduler must be a Scheduler or a dict of its arguments, got {type(scheduler).__name__}")
+        kwargs = {"max_num_seqs": 256, **scheduler}
+        sched = Scheduler(allocator, **kwargs)
+    if sched.has_unfinished() or sched.step_count or getattr(sched.allocator, "seq_ids", []):
+        raise ValueError("scheduler: simulate() needs a fresh Scheduler and an empty allocator")
+    return sched
+
+
+def simulate(workload: Workload | list[Request], allocator=None, scheduler=None, *,
+             max_steps: int | None = None, record_slots: bool = False) -> SimResult:
+    """Run ``workload`` through a Scheduler over ``allocator`` until every request finishes.
+
+    Timeline rows describe each step as its forward sees it (after ``schedule()``): requests
+    running (holding a window), waiting and swapped; slots holding tokens and reserved. The
+    ``finished`` and token columns count what the step did.
+
+    ``allocator``: a fresh BlockManager (paged) or ContiguousAllocator (the old manager).
+    ``scheduler``: a dict of Scheduler arguments (``max_num_seqs``, ``mode``, ``preemption``,
+    ``max_num_batched_tokens``, ``num_cpu_blocks``; ``max_num_seqs`` defaults to 256) or a
+    fresh Scheduler built on ``allocator``. Requests that can never fit are reported in
+    ``rejected``; the others go on. ``record_slots`` keeps a slot map per step (small pools only).
+    Raises RuntimeError if the run exceeds ``max_steps`` (default: a bound no run reaches unless
+    the scheduler deadlocks).
+    """
+    reqs = list(workload)
+    sched = _make_scheduler(allocator, scheduler)
+    alloc = sched.allocator
+    steps: list[tuple] = []  # one row per step; turned into columns at the end
+    total_slots = alloc.num_blocks * alloc.block_size
+    rows, rejected, seqs = [], [], []
+    for r in sorted(range(len(reqs)), key=lambda k: reqs[k].arrival_step):
+        q = reqs[r]
+        seqs.append((q.arrival_step, Sequence(r, q.prompt_token_ids, q.max_tokens, None, True,
+                                              q.arrival_step, name=q.name)))
+    if max_steps is None:
+        last = max((a for a, _ in seqs), default=0)
+        max_steps = last + 2 * sum(len(q.prompt_token_ids) + q.max_tokens for q in reqs) + 16
+    names = {s.seq_id: s.name for _, s in seqs}
+    spans: list[Span] = []
+    slot_maps: dict[int, list] = {}
+    window_of: dict = {}  # seq_id -> (window, start step)
+    free_windows = list(range(sched.max_num_seqs))
+    next_window = sched.max_num_seqs  # forked children may overflow the windows
+    done: list[Sequence] = []
+    k = 0
+    step = 0
+    while k < len(seqs) or sched.has_unfinished():
+        if step >= max_steps:
+            raise RuntimeError(f"simulate did not finish within max_steps={max_steps} "
+                               f"({sched.num_unfinished} requests unfinished)")
+        while k < len(seqs) and seqs[k][0] <= step:
+            seq = seqs[k][1]
+            k += 1
+            try:
+                sched.add_request(seq)
+            except RequestTooLargeError as e:
+                rejected.append((seq.name, str(e)))
+        sched.step_count = step  # idle steps (nobody has arrived yet) still count
+        out = sched.schedule()
+        for seq in out.preempted:
+            if seq.seq_id in window_of:
+                w, s0 = window_of.pop(seq.seq_id)
+                spans.append(Span(seq.name, w, s0, step - 1, seq.status.value == "swapped" and "swapped"
+                                  or "preempted"))
+                heapq.heappush(free_windows, w)
+        sampled = []
+        prefill = decode = 0
+        for seq, start, end, is_prefill, samples in out.scheduled:
+            sid = seq.seq_id
+            if is_prefill:
+                prefill += end - start
+            else:
+                decode += 1
+            if sid not in window_of:  # admitted (or swapped back in): take the lowest free window
+                if free_windows:
+                    w = heapq.heappop(free_windows)
+                else:
+                    w, next_window = next_window, next_window + 1
+                window_of[sid] = (w, step)
+            if samples:  # synthetic_token(sid, position), inlined: this loop is the hot path
+                sampled.append(_TOKEN_BASE + (sid << 20) + len(seq.token_ids))
+        # The state during this step's forward: who holds a window, what the pool holds.
+        used, reserved, ext = memory_stats(alloc)
+        counts = (len(sched.running), len(sched.waiting), len(sched.swapped))
+        if record_slots:
+            slot_maps[step] = slot_map(alloc, names)
+        finished = sched.update(out, sampled)
+        for seq in finished:
+            w, s0 = window_of.pop(seq.seq_id)
+            spans.append(Span(seq.name, w, s0, step, "finished"))
+            heapq.heappush(free_windows, w)
+        done.extend(finished)
+        steps.append((step, *counts, used / total_slots, used, reserved, used / reserved if reserved else 0.0,
+                      reserved - used, ext, len(out.preempted), prefill, decode, len(finished)))
+        step += 1
+    cols = {c: list(v) for c, v in zip(TIMELINE_COLUMNS, zip(*steps))} if steps else {c: [] for c in TIMELINE_COLUMNS}
+    for seq in sorted(done, key=lambda s: s.seq_id):
+        rows.append({"name": seq.name, "seq_id": seq.seq_id, "status": "finished",
+                     "arrival_step": seq.arrival_step, "first_scheduled_step": seq.first_scheduled_step,
+                     "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
+                     "latency_steps": seq.latency_steps, "prompt_tokens": seq.num_prompt_tokens,
+                     "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
+                     "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason})
+    for name, msg in rejected:
+        rows.append({"name": name, "status": "rejected", "error": msg})
+    return SimResult(cols, rows, _summary(cols, rows, sched, alloc), spans, rejected, slot_maps, total_slots)
+
+
+def _summary(cols: dict, rows: list[dict], sched: Scheduler, alloc) -> dict:
+    lat = np.array([r["latency_steps"] for r in rows if r["status"] == "finished"], dtype=float)
+    makespan = len(cols["step"])
+    out_tokens = sum(r["output_tokens"] for r in rows if r["status"] == "finished")
+    used, reserved = sum(cols["used_slots"]), sum(cols["reserved_slots"])
+    return {
+        "allocator": type(alloc).__name__, "mode": sched.mode, "preemption": sched.preemption,
+        "max_num_seqs": sched.max_num_seqs, "num_finished": len(lat),
+        "num_rejected": sum(1 for r in rows if r["status"] == "rejected"),
+        "makespan": makespan, "output_tokens": out_tokens,
+        "tokens_per_step": out_tokens / makespan if makespan else 0.0,
+        "mean_latency": float(lat.mean()) if len(lat) else 0.0,
+        "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
+        "num_preemptions": sched.num_preemptions,
+        "peak_running": max(cols["running"], default=0),
+        # Over the whole run: slots holding tokens / slots reserved (time-weighted).
+        "utilization": used / reserved if reserved else 0.0,
+        "mean_kv_usage": float(np.mean(cols["kv_usage"])) if makespan else 0.0,
+        "peak_kv_usage": max(cols["kv_usage"], default=0.0),
+    }
+
+
+def paged(num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = False,
+          record_events: bool = False) -> BlockManager:
+    """A BlockManager for simulations (no event log by default: it is the fast path)."""
+    return BlockManager(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
+                        record_events=record_events)

@@ -1,0 +1,92 @@
+import pytest
+
+from paged_lab.sched import ContiguousAllocator, paged, simulate
+from paged_lab.sched import workloads as W
+from paged_lab.viz import sched as V
+
+
+def windows():
+    return {m: simulate(W.windows_story(), paged(64, 4), {"max_num_seqs": 3, "mode": m})
+            for m in ("static", "continuous")}
+
+
+def test_lockers_draw_one_square_per_slot():
+    old, new = V.locker_runs()
+    fig = V.fig_lockers({"old": old.slot_map_at(0), "new": new.slot_map_at(0)})
+    per_panel = {"x": 0, "x2": 0}
+    for tr in fig.data:
+        per_panel[tr.xaxis] += len(tr.x)
+    assert per_panel == {"x": 60, "x2": 60}
+    solid_text = [t for tr in fig.data if tr.xaxis == "x" for t in tr.text if t]
+    assert len(solid_text) == old.timeline["used_slots"][0]  # a letter on every slot holding luggage
+    with pytest.raises(ValueError, match="panels"):
+        V.fig_lockers({})
+
+
+def test_locker_playground_follows_the_sliders():
+    fig = V.locker_playground()
+    assert "5 inside, 1 waiting" in fig.layout.annotations[0].text  # the old manager
+    assert "6 inside, 0 waiting" in fig.layout.annotations[1].text  # Ah-Ye
+    fig = V.locker_playground(reservation=13)  # 60 // 13 = 4 reservations, 8 stranded lockers
+    assert "4 inside, 2 waiting" in fig.layout.annotations[0].text
+    fig = V.locker_playground(block_size=4)
+    assert "blocks of 4" in fig.layout.annotations[1].text
+    with pytest.raises(ValueError, match="block_size"):
+        V.locker_playground(block_size=7)
+    late = V.locker_playground(step=40)  # after everyone left: an empty wall
+    assert "everyone left after round 8" in late.layout.annotations[0].text
+    assert [tr.name for tr in late.data] == ["free", "free"]
+
+
+def test_gantt_has_one_bar_per_stay_and_the_right_rounds():
+    runs = windows()
+    fig = V.fig_gantt(runs)
+    assert len(fig.data) == sum(len(r.spans) for r in runs.values()) == 12
+    assert [a.text for a in fig.layout.annotations] == ["static: 8 rounds", "continuous: 6 rounds"]
+    a_bars = [tr for tr in fig.data if tr.name == "A"]
+    assert [tr.x[0] for tr in a_bars] == [6, 6]  # A holds a window for 6 rounds in both
+    assert sum(tr.showlegend for tr in fig.data) == 6
+
+
+def test_gantt_marks_preempted_stays():
+    r = simulate(W.locker_story_overflow(), paged(60, 1), {"max_num_seqs": 6})
+    fig = V.fig_gantt({"Ah-Ye": r})
+    cut = [tr for tr in fig.data if tr.marker.pattern.shape == "/"]
+    assert len(cut) == r.summary["num_preemptions"] > 0
+
+
+def test_timeline_and_memory_bars():
+    r = simulate(W.locker_story_overflow(), paged(60, 1), {"max_num_seqs": 6})
+    fig = V.fig_timeline(r)
+    names = [tr.name for tr in fig.data]
+    assert names[:2] == ["running", "waiting"] and "preemption" in names
+    [pre] = [tr for tr in fig.data if tr.name == "preemption"]
+    assert len(pre.x) == sum(1 for p in r.timeline["preempted"] if p)
+    old = simulate(W.locker_story(), ContiguousAllocator(60, 12), {"max_num_seqs": 6})
+    bars = V.fig_memory_bars({"old": old, "new": r})
+    for i in range(2):
+        assert sum(tr.y[i] for tr in bars.data) == pytest.approx(100)
+    assert bars.data[0].y[0] == pytest.approx(100 * sum(old.timeline["used_slots"]) / (60 * old.makespan))
+
+
+def test_batching_playground_reports_both_makespans():
+    runs = V.batching_runs(20, 4, 32, 16)
+    fig = V.batching_playground(20, 4, 32, 16)
+    s, c = runs["static"].makespan, runs["continuous"].makespan
+    assert f"static {s} vs continuous {c} steps" in fig.layout.title.text
+    assert c <= s
+    assert V.fig_running(runs).data[0].name == "static"
+
+
+def test_readouts_change_with_every_slider():
+    base = dict(A=9, B=6, C=12, D=8, E=11, F=7, num_slots=60, reservation=12, block_size=1, step=0)
+    text = V.locker_readout(None, **base)
+    assert "total luggage 53 for 60 lockers (fits)" in text
+    for key in base:
+        moved = dict(base, **{key: base[key] + (12 if key == "num_slots" else 1)})
+        assert V.locker_readout(None, **moved) != text, key
+    assert "must make someone wait" in V.locker_readout(None, **dict(base, A=12, B=12, C=12))
+    b = dict(num_requests=40, windows=8, num_blocks=64, block_size=16)
+    assert "1,024 token slots" in V.batching_readout(None, **b)
+    for key in b:
+        assert V.batching_readout(None, **dict(b, **{key: b[key] * 2})) != V.batching_readout(None, **b), key
