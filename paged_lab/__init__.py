@@ -3,7 +3,13 @@
 Every real piece of logic lives here; the notebooks import it, explain it and check it.
 """
 
-from paged_lab.kv_math import ModelSpec, get_spec, kv_bytes_per_token, list_specs, num_kv_blocks
+# Triton decides when it is first imported whether @triton.jit kernels compile or run under its
+# interpreter, so on a machine without CUDA the choice is made here, before anything imports triton.
+from paged_lab.kernels._interpret import default_interpreter_env
+
+default_interpreter_env()
+
+from paged_lab.kv_math import ModelSpec  # noqa: E402, get_spec, kv_bytes_per_token, list_specs, num_kv_blocks
 
 __version__ = "0.1.0"
 

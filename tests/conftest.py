@@ -2,6 +2,8 @@
 
 import pytest
 
+import paged_lab  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines before anything imports triton)
+
 
 @pytest.fixture(scope="session")
 def smollm2():

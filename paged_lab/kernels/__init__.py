@@ -1,0 +1,42 @@
+"""Paged attention kernels: read K and V through the block table.
+
+    from paged_lab.kernels import store_kv, paged_attention_decode, paged_attention_prefill, paged_attention
+
+- :mod:`~paged_lab.kernels.reference`: the readable torch truth (gather through the table, then attention);
+- :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (fast CPU path);
+- :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill);
+- :mod:`~paged_lab.kernels.dispatch`: argument checks and ``backend="auto" | "triton" | "torch" | "reference"``.
+
+Triton is imported lazily, on the first ``backend="triton"`` call (or ``"auto"`` on CUDA). On a machine
+without CUDA, importing this package sets ``TRITON_INTERPRET=1`` (unless already set) so that the
+same kernels run under Triton's interpreter.
+"""
+
+from paged_lab.kernels._interpret import default_interpreter_env
+
+default_interpreter_env()
+
+from paged_lab.kernels import reference, torch_paged  # noqa: E402
+from paged_lab.kernels.dispatch import (  # noqa: E402
+    BACKENDS,
+    TRITON_BLOCK_SIZES,
+    TRITON_HEAD_DIMS,
+    paged_attention,
+    paged_attention_decode,
+    paged_attention_prefill,
+    resolve_backend,
+    store_kv,
+)
+
+__all__ = [
+    "BACKENDS",
+    "TRITON_BLOCK_SIZES",
+    "TRITON_HEAD_DIMS",
+    "paged_attention",
+    "paged_attention_decode",
+    "paged_attention_prefill",
+    "reference",
+    "resolve_backend",
+    "store_kv",
+    "torch_paged",
+]

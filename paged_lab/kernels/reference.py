@@ -1,0 +1,100 @@
+"""The readable truth: paged attention in plain torch, one sequence at a time.
+
+Every operation follows the same two steps, so a reader can check each line by hand:
+
+1. **gather** — read a sequence's K and V out of the paged pool *through its block table*
+   (``k_cache[block_table[:num_blocks]]``), which turns scattered pages back into one
+   contiguous ``[context_len, num_kv_heads, head_dim]`` tensor;
+2. **attend** — ordinary softmax attention on that contiguous tensor.
+
+Cache layout (per layer): ``k_cache``, ``v_cache``: ``[num_blocks, block_size, num_kv_heads, head_dim]``;
+``slot = physical_block * block_size + offset``. Any block size works here (1, 3, 16, ...).
+
+Scores and softmax run in float32 whatever the cache dtype; the result is cast back to ``q.dtype``.
+This file does no argument checking: call it through :mod:`paged_lab.kernels.dispatch`
+(``backend="reference"``), which validates shapes, dtypes and table contents first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
+    """Write token ``i``'s K/V into slot ``slot_mapping[i]`` of the paged pool (in place).
+
+    k, v: ``[num_tokens, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``.
+    A negative slot means "padding token, do not store" (vLLM's convention).
+    """
+    block_size = k_cache.shape[1]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    block, offset = slots // block_size, slots % block_size  # slot -> (physical block, row in block)
+    k_cache[block, offset] = k[keep].to(k_cache.dtype)
+    v_cache[block, offset] = v[keep].to(v_cache.dtype)
+
+
+def gather_kv(k_cache, v_cache, block_table, context_len: int):
+    """Read one sequence's first ``context_len`` tokens of K and V through its block table.
+
+    Returns two contiguous tensors ``[context_len, num_kv_heads, head_dim]``.
+    """
+    block_size = k_cache.shape[1]
+    num_blocks = -(-context_len // block_size)  # ceil: the last block may be partly filled
+    blocks = block_table[:num_blocks].long()
+    k = k_cache[blocks].flatten(0, 1)[:context_len]  # [num_blocks * block_size, kv_heads, d] -> first context_len rows
+    v = v_cache[blocks].flatten(0, 1)[:context_len]
+    return k, v
+
+
+def attend(q, k, v, scale: float, causal_offset: int | None = None):
+    """Ordinary attention for one sequence, GQA-aware, in float32.
+
+    q: ``[num_q, num_heads, head_dim]``; k, v: ``[ctx, num_kv_heads, head_dim]``.
+    With ``causal_offset = c``, query ``i`` sits at position ``c + i`` and sees keys ``0..c+i``.
+    Returns ``[num_q, num_heads, head_dim]`` in float32.
+    """
+    group = q.shape[1] // k.shape[1]  # GQA: each KV head serves `group` query heads
+    k = k.float().repeat_interleave(group, dim=1)  # [ctx, num_heads, d]
+    v = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [num_heads, num_q, ctx]
+    if causal_offset is not None:
+        q_pos = causal_offset + torch.arange(q.shape[0]).unsqueeze(1)  # [num_q, 1]
+        k_pos = torch.arange(k.shape[0]).unsqueeze(0)  # [1, ctx]
+        scores = scores.masked_fill((k_pos > q_pos).to(scores.device), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float):
+    """One new query token per sequence attends to its whole paged context.
+
+    q: ``[num_seqs, num_heads, head_dim]``; block_tables: ``[num_seqs, max_blocks]``;
+    context_lens: ``[num_seqs]`` (includes the query token, whose K/V is already stored).
+    Returns ``[num_seqs, num_heads, head_dim]``.
+    """
+    out = torch.empty_like(q)
+    for i in range(q.shape[0]):
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], int(context_lens[i]))
+        out[i] = attend(q[i : i + 1], k, v, scale)[0].to(q.dtype)
+    return out
+
+
+def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float):
+    """Several query tokens per sequence, causal, over the paged context (also chunked prefill).
+
+    q: ``[num_tokens, num_heads, head_dim]``, all sequences' query tokens concatenated;
+    ``query_start_loc[i]:query_start_loc[i+1]`` are sequence ``i``'s rows. They are the LAST
+    ``query_len`` positions of its ``context_lens[i]`` tokens, so the context before them (a cached
+    prefix, earlier chunks) is attended to in full and the query tokens causally.
+    Returns ``[num_tokens, num_heads, head_dim]``.
+    """
+    out = torch.empty_like(q)
+    for i in range(block_tables.shape[0]):
+        start, end = int(query_start_loc[i]), int(query_start_loc[i + 1])
+        if end == start:
+            continue
+        ctx = int(context_lens[i])
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx)
+        out[start:end] = attend(q[start:end], k, v, scale, causal_offset=ctx - (end - start)).to(q.dtype)
+    return out
