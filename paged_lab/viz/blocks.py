@@ -258,26 +258,6 @@ def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int]) -> l
     return rows
 
 
-def fig_block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128)
-                            ) -> go.Figure:
-    """Small blocks: long tables (more lookups, more metadata). Big blocks: more empty slots."""
-    rows = block_size_tradeoff(lengths, block_sizes)
-    x = [str(r["block_size"]) for r in rows]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=x, y=[r["waste"] for r in rows], name="slots wasted in last blocks",
-                         marker_color="#ff7f0e", text=[f"{r['waste']:.0%}" for r in rows],
-                         textposition="outside"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=x, y=[r["table_entries"] for r in rows], name="block-table entries",
-                             mode="lines+markers", line=dict(color="#1f77b4")), secondary_y=True)
-    fig.update_layout(title=f"{len(lengths)} sequences, {sum(lengths):,} tokens: the block-size trade-off",
-                      xaxis_title="block_size", height=380, margin=dict(t=70, b=40),
-                      legend=dict(orientation="h", y=1.1))
-    top = max(0.05, 1.3 * max(r["waste"] for r in rows))
-    fig.update_yaxes(title_text="wasted share of slots", tickformat=".0%", range=[0, top], secondary_y=False)
-    fig.update_yaxes(title_text="table entries", type="log", dtick=1, tickformat=",d", secondary_y=True)
-    return fig
-
-
 def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int = 0,
                            num_blocks: int = 32) -> go.Figure:
     """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables."""
