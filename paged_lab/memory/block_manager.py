@@ -57,6 +57,7 @@ class _Seq:
     hashes: list[bytes] = field(default_factory=list)  # chained hash of each full block (caching on)
     extra_key: Hashable | None = None
     num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at allocate
+    room: int = 0  # appends that may take append_token's fast path (see BlockManager._room)
 
 
 class BlockManager:
@@ -165,12 +166,16 @@ class BlockManager:
         return self._needed(len(tokens), hits)
 
     def _needed(self, num_tokens: int, hits: list[int]) -> int:
+        if not hits:
+            return -(-num_tokens // self.block_size)
         revived = sum(1 for b in hits if self.pool.refcounts[b] == 0)  # cached, waiting in the free queue
         return self.blocks_for(num_tokens) - len(hits) + revived
 
     def can_allocate(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> bool:
         """Would ``allocate`` succeed? ``tokens``: a token count, or the token ids (exact with caching)."""
-        return self.num_blocks_needed(tokens, extra_key) <= self.num_free_blocks
+        if isinstance(tokens, int):  # (blocks_for inlined: a scheduler asks once per admission)
+            return -(-tokens // self.block_size) <= self.pool.num_free_blocks
+        return self.num_blocks_needed(tokens, extra_key) <= self.pool.num_free_blocks
 
     def blocks_needed_to_append(self, seq_id) -> int:
         """1 when the next token needs a block (the last is full, or shared and must be copied)."""
@@ -190,9 +195,10 @@ class BlockManager:
 
     def _take_block(self, seq_id) -> int:
         b, evicted = self.pool.allocate()
-        self.stats.num_block_allocations += 1
+        stats = self.stats
+        stats.num_block_allocations += 1
         if evicted is not None:
-            self.stats.num_evictions += 1
+            stats.num_evictions += 1
             self._emit("evict", seq_id, (b,))
         self._fill[b] = 0
         return b
@@ -210,9 +216,9 @@ class BlockManager:
         if n == 0:
             raise InvalidArgument(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
         hits, hashes = self._plan(token_ids, extra_key)
-        needed = self._needed(n, hits)
-        if needed > self.num_free_blocks:
-            raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
+        needed, free = self._needed(n, hits), self.pool.num_free_blocks
+        if needed > free:
+            raise OutOfBlocks(needed, free, f"allocate(seq_id={seq_id!r}, {n} tokens)")
 
         bs = self.block_size
         if self.enable_prefix_caching:
@@ -225,22 +231,55 @@ class BlockManager:
         if hits:
             self._emit("hit", seq_id, hits, len(hits) * bs)
         table = list(hits)
-        for i in range(len(hits), self.blocks_for(n)):
-            b = self._take_block(seq_id)
-            self._fill[b] = min(bs, n - i * bs)
-            self._used_slots += self._fill[b]
+        fill, take = self._fill, self._take_block
+        for i in range(len(hits), -(-n // bs)):  # the new blocks: full, except maybe the last
+            b = take(seq_id)
+            fill[b] = min(bs, n - i * bs)
             table.append(b)
-        self._seqs[seq_id] = _Seq(table, token_ids, hashes, extra_key, len(hits) * bs)
-        self._emit("allocate", seq_id, table, n)
-        cached = [table[i] for i in range(len(hits), len(hashes)) if self.pool.cache(table[i], hashes[i])]
-        if cached:
-            self._emit("cache", seq_id, cached)
+        self._used_slots += n - len(hits) * bs  # what the new blocks hold (hits were counted above)
+        s = self._seqs[seq_id] = _Seq(table, token_ids, hashes, extra_key, len(hits) * bs)
+        s.room = self._room(s)
+        if self.record_events:
+            self._emit("allocate", seq_id, table, n)
+        if len(hashes) > len(hits):  # full new blocks become cacheable
+            cached = [table[i] for i in range(len(hits), len(hashes)) if self.pool.cache(table[i], hashes[i])]
+            if cached:
+                self._emit("cache", seq_id, cached)
         return list(table)
+
+    def _room(self, s: _Seq) -> int:
+        """How many more tokens can go straight into ``s``'s last block: it must be held by ``s``
+        alone (a shared block is copied first) and have free slots; with prefix caching the token
+        that fills it is left out, because a full block must be hashed. Recomputed whenever the
+        last block changes hands; fork sets it to 0 (the block becomes shared)."""
+        in_last = len(s.token_ids) % self.block_size  # 0: the last block is full
+        if not in_last or self.pool.refcounts[s.table[-1]] != 1:
+            return 0
+        return self.block_size - in_last - (1 if self.enable_prefix_caching else 0)
 
     def append_token(self, seq_id, token_id: int) -> CowAction | None:
         """Make room for one more token and record it. Returns a CowAction when the last block was
         shared (refcount > 1) and had to be copied first; the caller copies the KV tensors."""
-        s = self._seq(seq_id)
+        try:
+            s = self._seqs[seq_id]
+        except (KeyError, TypeError):
+            raise UnknownSequence(seq_id) from None
+        # Fast path -- most decode steps, so it runs once per generated token: the last block is
+        # ours alone and has a free slot (``room``). No block moves, nothing can fail.
+        if s.room:
+            s.room -= 1
+            s.token_ids.append(token_id)
+            b = s.table[-1]
+            self._fill[b] += 1
+            self._used_slots += 1
+            if self.record_events:
+                self._emit("append", seq_id, (b,), len(s.token_ids))
+            return None
+        return self._append_slow(s, seq_id, token_id)
+
+    def _append_slow(self, s: _Seq, seq_id, token_id: int) -> CowAction | None:
+        """append_token when the token needs a new block or a copy-on-write, or fills a block that
+        prefix caching must name (or the last block's sharer just let go of it)."""
         n, bs = len(s.token_ids), self.block_size
         new_hash = None
         if self.enable_prefix_caching and (n + 1) % bs == 0:  # this token fills its block: name it
@@ -248,14 +287,14 @@ class BlockManager:
             new_hash = hash_block(parent, s.token_ids[n + 1 - bs:] + [token_id], s.extra_key)
         action = None
         if n % bs == 0:  # the last block is full (full shared blocks are never written)
-            if not self.pool.free_queue:
+            if not self.pool.num_free_blocks:
                 raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) at {n} tokens")
             b = self._take_block(seq_id)
             s.table.append(b)
         else:
             b = s.table[-1]
             if self.pool.refcounts[b] > 1:  # copy-on-write
-                if not self.pool.free_queue:
+                if not self.pool.num_free_blocks:
                     raise OutOfBlocks(1, 0, f"copy-on-write for append_token(seq_id={seq_id!r})")
                 dst = self._take_block(seq_id)
                 self.pool.release(b)  # refcount was > 1: b stays used by the other tables
@@ -268,11 +307,13 @@ class BlockManager:
         s.token_ids.append(token_id)
         self._fill[b] += 1
         self._used_slots += 1
-        self._emit("append", seq_id, (b,), n + 1)
+        if self.record_events:
+            self._emit("append", seq_id, (b,), n + 1)
         if new_hash is not None:  # a block just filled: cacheable from now on
             s.hashes.append(new_hash)
             if self.pool.cache(b, new_hash):
                 self._emit("cache", seq_id, (b,))
+        s.room = self._room(s)
         return action
 
     def fork(self, parent_id, child_id) -> list[int]:
@@ -283,7 +324,8 @@ class BlockManager:
         for b in p.table:
             self.pool.touch(b)
         self._seqs[child_id] = _Seq(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
-                                    p.num_cached_tokens)
+                                    p.num_cached_tokens)  # room 0: the last block is shared now
+        p.room = 0
         self._emit("fork", child_id, p.table, len(p.token_ids), parent_id)
         return list(p.table)
 
@@ -291,12 +333,17 @@ class BlockManager:
         """Drop the sequence's table. Blocks nobody else holds join the free queue's end, last
         block first, so a shared prefix outlives its tail; their cached content stays reusable
         until the block is handed out again."""
-        s = self._seq(seq_id)
-        del self._seqs[seq_id]
+        try:
+            s = self._seqs.pop(seq_id)
+        except (KeyError, TypeError):
+            raise UnknownSequence(seq_id) from None
+        release, fill, freed_slots = self.pool.release, self._fill, 0
         for b in reversed(s.table):
-            if self.pool.release(b):
-                self._used_slots -= self._fill[b]
-        self._emit("free", seq_id, s.table, len(s.token_ids))
+            if release(b):
+                freed_slots += fill[b]
+        self._used_slots -= freed_slots
+        if self.record_events:
+            self._emit("free", seq_id, s.table, len(s.token_ids))
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash (e.g. after new weights). Returns how many blocks were cached."""
@@ -324,6 +371,8 @@ class BlockManager:
         used_slots = 0
         fill = [0] * self.num_blocks
         for sid, s in self._seqs.items():
+            if s.room > self._room(s):
+                raise BlockManagerError(f"seq {sid!r}: room {s.room} > {self._room(s)} (fast path unsafe)")
             if len(set(s.table)) != len(s.table):
                 raise BlockManagerError(f"seq {sid!r}: a block appears twice in {s.table}")
             if len(s.table) != self.blocks_for(len(s.token_ids)):

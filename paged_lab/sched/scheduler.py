@@ -23,9 +23,11 @@ CPU pool is full or the sequence is still in its prefill.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import NamedTuple
 
 from paged_lab.memory import errors as _memory_errors
@@ -72,22 +74,32 @@ class SchedulerOutput:
     def num_batched_tokens(self) -> int:
         return sum(s.end - s.start for s in self.scheduled)
 
+    # These two run every step of a simulation: the scan over all entries stays in C (map,
+    # compress), Python only touches the few prefill entries.
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.end - s.start for s in self.scheduled if s.is_prefill)
+        return sum(s.end - s.start for s in self.prefills)
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.scheduled if not s.is_prefill)
+        return len(self.scheduled) - len(self.prefills)
+
+    @property
+    def prefills(self) -> list[ScheduledSeq]:
+        """The scheduled prefill (or prefill chunk) entries, in order."""
+        return list(compress(self.scheduled, map(_is_prefill, self.scheduled)))
 
     @property
     def sampling(self) -> list[ScheduledSeq]:
         """The scheduled entries that sample a token, in the order ``update`` expects their ids."""
-        return [s for s in self.scheduled if s.samples]
+        return list(compress(self.scheduled, map(_samples, self.scheduled)))  # C loop: runs every step
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
+
+
+_samples, _is_prefill = attrgetter("samples"), attrgetter("is_prefill")
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -179,39 +191,10 @@ class Scheduler:
         """Decide this step's work (see the module docstring for the order)."""
         out = SchedulerOutput(self.step_count)
         self.step_count += 1
-        alloc = self.allocator
-        alloc.clock = out.step
-        budget = self.max_num_batched_tokens or math.inf
-        append_token, scheduled = alloc.append_token, out.scheduled
-        new_entry = tuple.__new__  # ScheduledSeq without NamedTuple's argument parsing (hot loop)
-        queue = deque(self.running)
-        self.running = running = []
-        popleft, add, keep = queue.popleft, scheduled.append, running.append
-        while queue and budget > 0:
-            seq = popleft()
-            c = seq.num_computed_tokens
-            if c < seq.prefill_end:  # a chunked prefill goes on; its slots exist since admission
-                end = min(seq.prefill_end, c + budget)
-                budget -= end - c
-                add(ScheduledSeq(seq, c, end, True, end == len(seq.token_ids)))
-                keep(seq)
-                continue
-            # Decode: the token sampled last step needs a slot before its KV is computed.
-            # append_token is all-or-nothing, so trying it is the cheapest can_append.
-            ids = seq.token_ids
-            try:
-                cow = append_token(seq.seq_id, ids[-1])
-            except OutOfBlocks:
-                cow = self._make_room(seq, queue, out)
-                if seq.status is not RUNNING:
-                    continue
-            if cow is not None:
-                out.cow_copies.append((cow[0], cow[1]))
-            n = len(ids)
-            add(new_entry(ScheduledSeq, (seq, n - 1, n, False, True)))
-            budget -= 1
-            keep(seq)
-        running.extend(queue)  # out of token budget this step: they keep their blocks and wait
+        self.allocator.clock = out.step
+        # No cap: a budget no step can spend (an int, so the hot loop stays in int arithmetic).
+        budget = self.max_num_batched_tokens or sys.maxsize
+        budget = self._schedule_running(out, budget)
         if out.preempted:
             return self._done(out)
         if self.swapped:
@@ -221,10 +204,46 @@ class Scheduler:
         self._admit(out, budget)
         return self._done(out)
 
-    def _make_room(self, seq: Sequence, queue: deque, out: SchedulerOutput):
-        """Preempt the newest running sequences until ``seq`` gets its slot (or ``seq`` itself)."""
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Step 1: every running sequence, oldest first, while the token budget lasts. Runs once
+        per running sequence per step -- the hot loop of a simulation -- so it keeps lookups local.
+        Returns the budget left."""
+        append_token, add = self.allocator.append_token, out.scheduled.append
+        new_entry = tuple.__new__  # ScheduledSeq without NamedTuple's argument parsing
+        # Preemption pops victims off the end of ``running`` (newest first, never one already
+        # scheduled), so whatever is left in it afterwards is exactly the running set.
+        running = self.running  # oldest first
+        for seq in running:  # (a list iterator simply stops earlier when victims are popped)
+            if budget <= 0:  # out of token budget this step: the rest keep their blocks and wait
+                break
+            c = seq.num_computed_tokens
+            if c < seq.prefill_end:  # a chunked prefill goes on; its slots exist since admission
+                end = min(seq.prefill_end, c + budget)
+                budget -= end - c
+                add(ScheduledSeq(seq, c, end, True, end == len(seq.token_ids)))
+                continue
+            # Decode: the token sampled last step needs a slot before its KV is computed.
+            # append_token is all-or-nothing, so trying it is the cheapest can_append.
+            ids = seq.token_ids
+            try:
+                cow = append_token(seq.seq_id, ids[-1])
+            except OutOfBlocks:
+                cow = self._make_room(seq, out)
+                if seq.status is not RUNNING:
+                    continue
+            if cow is not None:
+                out.cow_copies.append((cow[0], cow[1]))
+            n = len(ids)
+            add(new_entry(ScheduledSeq, (seq, n - 1, n, False, True)))
+            budget -= 1
+        return budget
+
+    def _make_room(self, seq: Sequence, out: SchedulerOutput):
+        """Preempt the newest running sequences until ``seq`` gets its slot -- or ``seq`` itself,
+        when it is the newest left. Victims are popped off the end of ``running``: everything
+        after ``seq`` there is not scheduled yet this step."""
         while True:
-            self._preempt(queue.pop() if queue else seq, out)
+            self._preempt(self.running.pop(), out)
             if seq.status is not RUNNING:
                 return None
             try:
@@ -237,22 +256,22 @@ class Scheduler:
         return out
 
     def _admit(self, out: SchedulerOutput, budget) -> None:
-        alloc, running = self.allocator, self.running
-        while self.waiting and len(running) < self.max_num_seqs and budget > 0:
-            seq = self.waiting[0]
+        alloc, running, waiting = self.allocator, self.running, self.waiting
+        while waiting and len(running) < self.max_num_seqs and budget > 0:
+            seq = waiting[0]
             n = len(seq.token_ids)  # a recomputed sequence prefills its outputs too
             if not alloc.can_allocate(n):
                 break  # first come, first served: nobody overtakes the head
-            self.waiting.popleft()
+            waiting.popleft()
             alloc.allocate(seq.seq_id, seq.token_ids)
             c = alloc.num_cached_tokens(seq.seq_id)  # prefix-cache hit: skip those tokens
             seq.num_computed_tokens, seq.prefill_end = c, n
             end = min(n, c + budget)
             budget -= end - c
-            seq.status = SequenceStatus.RUNNING
+            seq.status = RUNNING
             if seq.first_scheduled_step is None:
                 seq.first_scheduled_step = out.step
-            out.scheduled.append(ScheduledSeq(seq, c, end, True, end == n))
+            out.scheduled.append(tuple.__new__(ScheduledSeq, (seq, c, end, True, end == n)))
             running.append(seq)
 
     def _swap_in(self, out: SchedulerOutput, budget):
@@ -305,14 +324,17 @@ class Scheduler:
         if out is not self._last_out:
             raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
         sampled = list(sampled_token_ids)
-        num_sampling = sum(1 for s in out.scheduled if s.samples)
+        num_sampling = len(out.sampling)
         if len(sampled) != num_sampling:
             raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {num_sampling} sequences "
                              f"that sample this step (out.sampling)")
         self._last_out = None
-        finished, tokens = [], iter(sampled)
-        for seq, _, end, _, samples in out.scheduled:
-            token = next(tokens) if samples else None
+        finished, step = [], out.step
+        if num_sampling != len(out.scheduled):  # some entries only continue a chunked prefill
+            it = iter(sampled)
+            sampled = [next(it) if s.samples else None for s in out.scheduled]
+        # Once per sequence per step: keep it lean.
+        for (seq, _, end, _, samples), token in zip(out.scheduled, sampled):
             if seq.status is not RUNNING:
                 continue  # finished by the engine between schedule() and update()
             seq.num_computed_tokens = end
@@ -321,15 +343,15 @@ class Scheduler:
             ids = seq.token_ids
             ids.append(token)
             if seq.first_token_step is None:
-                seq.first_token_step = out.step
-            if token == seq.eos_token_id and not seq.ignore_eos:
-                self._finish(seq, "stop", out.step)
+                seq.first_token_step = step
+            if not seq.ignore_eos and token == seq.eos_token_id:
+                self._finish(seq, "stop", step)
                 finished.append(seq)
             elif len(ids) - seq.num_prompt_tokens >= seq.max_tokens:
-                self._finish(seq, "length", out.step)
+                self._finish(seq, "length", step)
                 finished.append(seq)
         if finished:
-            self.running = [s for s in self.running if s.status is SequenceStatus.RUNNING]
+            self.running = [s for s in self.running if s.status is RUNNING]
         return finished
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:

@@ -149,6 +149,7 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
         last = max((a for a, _ in seqs), default=0)
         max_steps = last + 2 * sum(len(q.prompt_token_ids) + q.max_tokens for q in reqs) + 16
     names = {s.seq_id: s.name for _, s in seqs}
+    token_base = [synthetic_token(r, 0) for r in range(len(reqs))]  # seq_id r's tokens: + position
     spans: list[Span] = []
     slot_maps: dict[int, list] = {}
     window_of: dict = {}  # seq_id -> (window, start step)
@@ -176,22 +177,24 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
                 spans.append(Span(seq.name, w, s0, step - 1, seq.status.value == "swapped" and "swapped"
                                   or "preempted"))
                 heapq.heappush(free_windows, w)
-        sampled = []
-        prefill = decode = 0
-        for seq, start, end, is_prefill, samples in out.scheduled:
-            sid = seq.seq_id
-            if is_prefill:
-                prefill += end - start
+        scheduled = out.scheduled
+        # Newcomers (admitted or swapped back in) are scheduled after every sequence that was
+        # already running (see Scheduler.schedule), so they are the tail of the list that holds no
+        # window yet: walk back to find it instead of looking up every running sequence.
+        first_new = len(scheduled)
+        while first_new and scheduled[first_new - 1].seq.seq_id not in window_of:
+            first_new -= 1
+        for entry in scheduled[first_new:]:  # each takes the lowest free window
+            if free_windows:
+                w = heapq.heappop(free_windows)
             else:
-                decode += 1
-            if sid not in window_of:  # admitted (or swapped back in): take the lowest free window
-                if free_windows:
-                    w = heapq.heappop(free_windows)
-                else:
-                    w, next_window = next_window, next_window + 1
-                window_of[sid] = (w, step)
-            if samples:  # synthetic_token(sid, position), inlined: this loop is the hot path
-                sampled.append(_TOKEN_BASE + (sid << 20) + len(seq.token_ids))
+                w, next_window = next_window, next_window + 1
+            window_of[entry.seq.seq_id] = (w, step)
+        # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``),
+        # from a per-request base: one big-int add per token, this runs for every token.
+        sampled = [token_base[e.seq.seq_id] + e.end for e in out.sampling]
+        prefills = out.prefills  # (the decodes are all the others)
+        prefill, decode = sum(end - start for _, start, end, _, _ in prefills), len(scheduled) - len(prefills)
         # The state during this step's forward: who holds a window, what the pool holds.
         used, reserved, ext = memory_stats(alloc)
         counts = (len(sched.running), len(sched.waiting), len(sched.swapped))
