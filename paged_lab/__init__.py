@@ -9,7 +9,7 @@ from paged_lab.kernels._interpret import default_interpreter_env
 
 default_interpreter_env()
 
-from paged_lab.kv_math import ModelSpec  # noqa: E402, get_spec, kv_bytes_per_token, list_specs, num_kv_blocks
+from paged_lab.kv_math import ModelSpec, get_spec, kv_bytes_per_token, list_specs, num_kv_blocks  # noqa: E402
 
 __version__ = "0.1.0"
 
