@@ -1,0 +1,381 @@
+"""LLM: the paged engine, in vLLM's shape.
+
+    llm = LLM("smollm2-135m", block_size=16)
+    outs = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8, temperature=0))
+    outs[0].outputs[0].text
+
+One engine step:
+  1. ``Scheduler.schedule()`` picks the batch: new prefills (only their uncached tokens) and one
+     decode token per running sequence; it reserves slots in the BlockManager, preempting when full;
+  2. copy-on-write block copies are applied to the KV tensors;
+  3. one forward over the flat batch (``PagedLlama``), attention through ``paged_lab.kernels``;
+  4. the last position of every sequence whose tokens are all computed is sampled;
+  5. ``Scheduler.update()`` appends the tokens and finishes sequences (EOS, max_tokens); the engine
+     adds stop strings and extra EOS ids of the model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence as _Seq
+from typing import Any
+
+import torch
+
+from paged_lab import kernels
+from paged_lab.engine.kv_cache import KVCache, resolve_num_blocks
+from paged_lab.engine.llama import AttentionMetadata, PagedLlama, paged_attention
+from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
+from paged_lab.engine.sampling import make_generator, sample
+from paged_lab.kv_math import ModelSpec, canonical_dtype
+from paged_lab.memory import BlockManager
+from paged_lab.sched import Scheduler, Sequence, SequenceStatus
+
+
+class _Request:
+    """Engine-side bookkeeping of one request: its params, its sequences (one per completion)."""
+
+    def __init__(self, request_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams):
+        self.request_id, self.prompt, self.prompt_token_ids, self.params = (
+            request_id, prompt, prompt_token_ids, params)
+        self.seqs: list[Sequence] = []
+        self.pending_forks = params.n - 1  # children forked after the parent's prefill
+
+
+class LLM:
+    """A paged-KV inference engine over a Llama-family transformers model.
+
+    model: a name or path for ``paged_lab.models.load_model`` ("smollm2-135m" ships offline), or an
+        already loaded transformers model (then pass ``tokenizer`` too).
+    block_size: tokens per KV block. num_kv_blocks / kv_cache_memory: size of the pool, in blocks or in
+        bytes (default 512 MiB); max_num_seqs: sequences running at once; max_num_batched_tokens: tokens
+        per step (default: no limit beyond the pool).
+    enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
+    attention_backend: "auto" (Triton on CUDA, vectorized torch on CPU), "torch", "triton", "reference".
+    preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
+    """
+
+    def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
+                 block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
+                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
+                 enable_prefix_caching: bool = True, attention_backend: str = "auto",
+                 preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None):
+        if attention_backend not in kernels.BACKENDS:
+            raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
+        if preemption != "recompute":
+            raise ValueError(f"preemption must be 'recompute' (the engine keeps no CPU swap space), "
+                             f"got {preemption!r}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        if isinstance(model, str):
+            from paged_lab.models import load_model
+
+            hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=device)
+            tokenizer = tokenizer or loaded_tok
+            self.model_name = model
+        else:
+            if tokenizer is None:
+                raise ValueError("tokenizer is required when model is an already loaded transformers model")
+            hf_model = model
+            self.model_name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+        param = next(hf_model.parameters())
+        if canonical_dtype(param.dtype) != canonical_dtype(dtype):
+            raise ValueError(f"dtype={dtype!r} but the given model holds {param.dtype} weights")
+        self.hf_model, self.tokenizer = hf_model, tokenizer
+        self.device = param.device
+        self.dtype = canonical_dtype(dtype)
+        self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
+        self.runner = PagedLlama.from_hf(hf_model)
+        self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
+        self.block_size = block_size
+        self.num_blocks = resolve_num_blocks(self.spec, block_size, self.dtype, num_kv_blocks, kv_cache_memory)
+        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device)
+        self.block_manager = BlockManager(self.num_blocks, block_size, enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
+                                   preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
+        self.attention_backend = attention_backend
+        self._attend = paged_attention(attention_backend)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.eos_token_ids = _eos_ids(hf_model, tokenizer)
+        self._requests: dict[Any, _Request] = {}  # seq_id -> its request
+        self._generators: dict[Any, torch.Generator | None] = {}
+        self._num_cached: dict[Any, int] = {}  # seq_id -> prompt tokens found in the prefix cache
+        self._next_request = 0
+        self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
+        self._peak_usage = 0.0
+
+    # ------------------------------------------------------------------------------------ validation
+    def _prepare(self, prompts, sampling_params) -> list[tuple[str | None, list[int], SamplingParams]]:
+        single = isinstance(prompts, (str, dict))
+        prompts = [prompts] if single else list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params = [sampling_params] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"sampling_params has {len(params)} entries but there are {len(prompts)} prompts")
+        pool_slots = self.num_blocks * self.block_size
+        prepared = []
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            where = f"prompts[{i}]"
+            if isinstance(p, dict):
+                if "prompt_token_ids" not in p:
+                    raise ValueError(f"{where}: a dict prompt needs the key 'prompt_token_ids'")
+                text, ids = p.get("prompt"), [int(t) for t in p["prompt_token_ids"]]
+            elif isinstance(p, str):
+                text, ids = p, self.tokenizer(p).input_ids
+            else:
+                raise ValueError(f"{where}: prompt must be a string or {{'prompt_token_ids': [...]}}, "
+                                 f"got {type(p).__name__}")
+            if not isinstance(sp, SamplingParams):
+                raise ValueError(f"sampling_params[{i}] must be a SamplingParams, got {type(sp).__name__}")
+            sp.validate()
+            if not ids:
+                raise ValueError(f"{where}: prompt is empty (it must hold at least 1 token)")
+            if len(ids) >= self.max_model_len:
+                raise ValueError(f"{where}: prompt has {len(ids)} tokens; the model context (max_model_len) "
+                                 f"is {self.max_model_len}, so at most {self.max_model_len - 1} fit")
+            if bad := [t for t in ids if not 0 <= t < self.spec.vocab_size]:
+                raise ValueError(f"{where}: prompt_token_ids hold ids outside [0, {self.spec.vocab_size}): {bad[:5]}")
+            if len(ids) > pool_slots:
+                raise ValueError(f"{where}: prompt has {len(ids)} tokens but the whole KV pool holds "
+                                 f"{pool_slots} ({self.num_blocks} blocks x {self.block_size})")
+            max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+            need = -(-(len(ids) + max_tokens - 1) // self.block_size)
+            if need > self.num_blocks:
+                raise ValueError(
+                    f"{where}: prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) needs {need} KV blocks "
+                    f"but the pool has {self.num_blocks}; lower max_tokens or enlarge the pool")
+            prepared.append((text, ids, sp))
+        return prepared
+
+    # ------------------------------------------------------------------------------------ generate
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """Run every prompt to completion; one RequestOutput per prompt, in order.
+
+        prompts: a string, ``{"prompt_token_ids": [...]}``, or a list of them.
+        sampling_params: one SamplingParams for all prompts, or a list with one per prompt.
+
+        Every request is validated before any work starts: an empty prompt, a prompt as long as the
+        model context or longer than the whole KV pool, a prompt + max_tokens that can never fit in the
+        pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0, top_p outside (0, 1],
+        n < 1) raises ValueError naming the prompt index and the field, and nothing runs.
+        """
+        prepared = self._prepare(prompts, sampling_params)
+        requests = [self._add_request(text, ids, sp) for text, ids, sp in prepared]
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(requests), desc="generate", unit="req", disable=not use_tqdm)
+        done = 0
+        with bar:
+            while self.scheduler.has_unfinished():
+                self.step()
+                now = sum(self._request_finished(r) for r in requests)
+                if now != done:
+                    bar.update(now - done)
+                    done = now
+        return [self._output(r) for r in requests]
+
+    def _add_request(self, text, ids, sp: SamplingParams) -> _Request:
+        rid = str(self._next_request)
+        self._next_request += 1
+        req = _Request(rid, text, ids, sp)
+        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        seq = Sequence(rid, ids, max_tokens=max_tokens, eos_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,
+                       ignore_eos=sp.ignore_eos, arrival_step=self.scheduler.step_count)
+        req.seqs.append(seq)
+        self._requests[seq.seq_id] = req
+        self._generators[seq.seq_id] = None if sp.greedy else make_generator(sp.seed)
+        self.scheduler.add_request(seq)
+        return req
+
+    def _request_finished(self, req: _Request) -> bool:
+        return req.pending_forks == 0 and all(s.is_finished for s in req.seqs)
+
+    # ------------------------------------------------------------------------------------ one step
+    def step(self) -> list[Sequence]:
+        """Schedule, run one forward over the whole batch, sample, update. Returns finished sequences."""
+        t0 = time.perf_counter()
+        out = self.scheduler.schedule()
+        self.kv.copy_blocks(list(out.cow_copies))
+        scheduled = list(out.scheduled)
+        if not scheduled:
+            self._record(out, 0, t0)
+            return self.scheduler.update(out, [])
+        input_ids, positions, slots, tables, ctx_lens, qsl, sample_rows, sample_seqs = [], [], [], [], [], [0], [], []
+        bm = self.block_manager
+        for s in scheduled:
+            seq = s.seq
+            input_ids.extend(seq.token_ids[s.start:s.end])
+            positions.extend(range(s.start, s.end))
+            slots.extend(bm.slot_mapping(seq.seq_id, s.start, s.end))
+            tables.append(bm.block_table(seq.seq_id))
+            ctx_lens.append(s.end)
+            qsl.append(qsl[-1] + s.end - s.start)
+            if seq.seq_id not in self._num_cached and s.is_prefill:
+                self._num_cached[seq.seq_id] = s.start  # tokens the prefix cache supplied
+            if s.samples:  # every known token computed -> sample the next one
+                sample_rows.append(qsl[-1] - 1)
+                sample_seqs.append(seq)
+        width = max(len(t) for t in tables)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device=dev),
+            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),
+            is_decode=qsl[-1] == len(scheduled),
+        )
+        ids_t = torch.tensor(input_ids, dtype=torch.long, device=dev)
+        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
+        hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)
+        sampled: list[int] = []
+        if sample_rows:
+            logits = self.runner.compute_logits(hidden[torch.tensor(sample_rows, device=dev)])  # [n, vocab]
+            sampled = self._sample(logits, sample_seqs)
+        finished = list(self.scheduler.update(out, sampled))
+        if sample_seqs:
+            finished += self._fork_children(logits, sample_seqs)
+        finished += self._engine_stops([s for s in self._live(sample_seqs)])
+        self._record(out, qsl[-1], t0)
+        return finished
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        params = [self._requests[s.seq_id].params for s in seqs]
+        gens = [self._generators[s.seq_id] for s in seqs]
+        return sample(logits, params, gens)
+
+    def _fork_children(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[Sequence]:
+        """n > 1: a parent that just sampled its first token forks its n - 1 children, each drawing its
+        own first token from the same logits row. They share every prompt block; the first write into
+        a shared, partly filled block is a copy-on-write. Returns children that finished at once."""
+        finished = []
+        for row, parent in enumerate(seqs):
+            req = self._requests[parent.seq_id]
+            if not req.pending_forks or parent.num_output_tokens != 1:
+                continue
+            sp = req.params
+            while req.pending_forks:
+                i = len(req.seqs)
+                child = Sequence(f"{req.request_id}.{i}", req.prompt_token_ids, max_tokens=parent.max_tokens,
+                                 eos_token_id=parent.eos_token_id, ignore_eos=parent.ignore_eos,
+                                 arrival_step=parent.arrival_step)
+                gen = None if sp.greedy else make_generator(None if sp.seed is None else sp.seed + i)
+                token = sample(logits[row : row + 1], [sp], [gen])[0]
+                req.seqs.append(child)
+                req.pending_forks -= 1
+                self._requests[child.seq_id], self._generators[child.seq_id] = req, gen
+                stop = "stop" if (token in self.eos_token_ids and not sp.ignore_eos) else (
+                    "length" if child.max_tokens == 1 else None)
+                if parent.status is SequenceStatus.RUNNING:
+                    self.scheduler.fork(parent, child, last_token_id=token)
+                    if stop:
+                        self.scheduler.finish(child, stop)
+                        finished.append(child)
+                elif stop:  # the parent already finished (and freed its blocks): the child needs none
+                    child.token_ids.append(token)
+                    child.status, child.finish_reason = SequenceStatus.FINISHED, stop
+                    finished.append(child)
+                else:  # the parent stopped at its first token but the child goes on: prefill it anew
+                    child.token_ids.append(token)
+                    self.scheduler.add_request(child)
+        return finished
+
+    def _engine_stops(self, seqs: list[Sequence]) -> list[Sequence]:
+        """Stops the Scheduler does not know: extra EOS ids of the model, and stop strings."""
+        finished = []
+        for seq in seqs:
+            if seq.is_finished or not seq.num_output_tokens:
+                continue
+            req = self._requests[seq.seq_id]
+            last = seq.token_ids[-1]
+            if not req.params.ignore_eos and last in self.eos_token_ids[1:]:
+                self.scheduler.finish(seq, "stop")
+                finished.append(seq)
+                continue
+            if req.params.stop and _cut_at_stop(self._decode(seq.output_token_ids), req.params.stop) is not None:
+                self.scheduler.finish(seq, "stop")
+                finished.append(seq)
+        return finished
+
+    def _live(self, seqs: list[Sequence]) -> list[Sequence]:
+        """The sequences plus their just-forked children (their first token may hit a stop string)."""
+        out = []
+        for seq in seqs:
+            out.append(seq)
+            req = self._requests[seq.seq_id]
+            if req.seqs[0] is seq and seq.num_output_tokens == 1:
+                out.extend(req.seqs[1:])
+        return out
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _record(self, out, num_tokens: int, t0: float) -> None:
+        usage = self.block_manager.usage
+        self._peak_usage = max(self._peak_usage, usage)
+        self.timeline.append({
+            "step": self.scheduler.step_count,
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_prefill": sum(1 for s in out.scheduled if s.is_prefill),
+            "num_decode": sum(1 for s in out.scheduled if not s.is_prefill),
+            "num_batched_tokens": num_tokens,
+            "num_preempted": len(out.preempted),
+            "kv_usage": usage,
+            "num_free_blocks": self.block_manager.num_free_blocks,
+            "seconds": time.perf_counter() - t0,
+        })
+
+    # ------------------------------------------------------------------------------------ outputs
+    def _output(self, req: _Request) -> RequestOutput:
+        outs = []
+        for i, seq in enumerate(req.seqs):
+            ids = list(seq.output_token_ids)
+            text, reason = self._decode(ids), seq.finish_reason
+            cut = _cut_at_stop(text, req.params.stop)
+            if cut is not None:  # the stop string is not part of the returned text
+                text, reason = cut, "stop"
+            outs.append(CompletionOutput(i, text, ids, reason))
+        cached = self._num_cached.get(req.seqs[0].seq_id, 0)
+        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, cached)
+
+    def stats(self) -> dict:
+        """KV usage, prefix-cache queries/hits (tokens), preemptions, steps and the event log."""
+        bm = self.block_manager
+        return {
+            "num_blocks": self.num_blocks,
+            "block_size": self.block_size,
+            "kv_cache_bytes": self.kv.bytes,
+            "kv_usage": bm.usage,
+            "peak_kv_usage": self._peak_usage,
+            "num_free_blocks": bm.num_free_blocks,
+            "prefix_cache_queries": bm.stats.prefix_cache_queries,
+            "prefix_cache_hits": bm.stats.prefix_cache_hits,
+            "prefix_cache_hit_rate": bm.stats.hit_rate,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "num_steps": self.scheduler.step_count,
+            "num_cow": bm.stats.num_cow,
+            "events": list(bm.events),
+            "timeline": list(self.timeline),
+        }
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> str | None:
+    """``text`` up to the first stop string, or None when none occurs."""
+    hits = [text.find(s) for s in stops if s in text]
+    return text[: min(hits)] if hits else None
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    """End-of-sequence ids: the generation config's (may be a list), then the tokenizer's."""
+    ids: list[int] = []
+    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        for t in src if isinstance(src, _Seq) else [src]:
+            if t is not None and int(t) not in ids:
+                ids.append(int(t))
+    return ids

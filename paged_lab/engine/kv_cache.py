@@ -1,0 +1,58 @@
+"""The physical KV pool: per-layer ``k_cache`` / ``v_cache`` tensors of shape
+``[num_blocks, block_size, num_kv_heads, head_dim]``.
+
+All layers live in one tensor ``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`` so a
+copy-on-write copy of block ``src`` into ``dst`` is one index op over every layer at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from paged_lab.kv_math import ModelSpec, canonical_dtype, num_kv_blocks
+
+DEFAULT_KV_CACHE_MEMORY = 512 * 2**20  # bytes, when neither num_kv_blocks nor kv_cache_memory is given
+
+
+def resolve_num_blocks(spec: ModelSpec, block_size: int, dtype: Any, num_blocks: int | None = None,
+                       kv_cache_memory: int | None = None) -> int:
+    """Blocks in the pool: ``num_blocks`` as given, else how many fit in ``kv_cache_memory`` bytes
+    (``paged_lab.kv_math.num_kv_blocks``), else how many fit in DEFAULT_KV_CACHE_MEMORY."""
+    if num_blocks is not None and kv_cache_memory is not None:
+        raise ValueError("give num_kv_blocks or kv_cache_memory, not both")
+    if num_blocks is not None:
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be an integer >= 1, got {num_blocks!r}")
+        return num_blocks
+    memory = DEFAULT_KV_CACHE_MEMORY if kv_cache_memory is None else kv_cache_memory
+    n = num_kv_blocks(spec, memory, block_size, dtype)
+    if n < 1:
+        need = block_size * spec.kv_bytes_per_token(dtype)
+        raise ValueError(f"kv_cache_memory={memory} bytes holds no block: one block of {block_size} "
+                         f"tokens needs {need} bytes")
+    return n
+
+
+class KVCache:
+    """Per-layer paged K/V tensors; ``kv.layers[i]`` is ``(k_cache, v_cache)`` of layer i."""
+
+    def __init__(self, spec: ModelSpec, num_blocks: int, block_size: int, dtype: Any = "float32",
+                 device: str | torch.device = "cpu"):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.dtype = getattr(torch, canonical_dtype(dtype))
+        shape = (spec.num_layers, 2, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        # zeros, not empty: never-written slots must hold finite numbers, and on Linux a large zeroed
+        # allocation stays lazily mapped, so unused blocks cost no resident memory.
+        self.data = torch.zeros(shape, dtype=self.dtype, device=device)
+        self.layers = [(self.data[i, 0], self.data[i, 1]) for i in range(spec.num_layers)]
+        self.bytes = self.data.numel() * self.data.element_size()
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: block src -> block dst in every layer, for each (src, dst) pair."""
+        if not pairs:
+            return
+        src = torch.tensor([p[0] for p in pairs], device=self.data.device)
+        dst = torch.tensor([p[1] for p in pairs], device=self.data.device)
+        self.data[:, :, dst] = self.data[:, :, src]

@@ -1,0 +1,100 @@
+"""Pure figures for the real-model engine (notebook 07): the pool step by step, the run's timeline,
+prefix-cache savings and the throughput comparison.
+
+They read what ``LLM.stats()`` returns (the BlockManager's event log and the engine's per-step
+timeline) or plain numbers; nothing here runs the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from paged_lab.memory import Event, replay
+from paged_lab.viz.blocks import fig_block_tables, seq_order
+
+
+def events_until_step(events: Sequence[Event], step: int) -> int:
+    """How many events happened in engine steps 0..``step`` (events carry the step as ``clock``)."""
+    n = 0
+    for ev in events:
+        if ev.clock > step:
+            break
+        n += 1
+    return n
+
+
+def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, step: int,
+                    timeline: Sequence[Mapping] | None = None, cols: int = 16) -> go.Figure:
+    """Block tables and the physical pool at the end of engine step ``step`` (replayed from the log).
+
+    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran."""
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    upto = events_until_step(events, step)
+    state = replay(events, num_blocks, upto=upto)
+    title = f"after step {step}: {len(state.tables)} sequences hold {sum(1 for r in state.refcounts if r)}" \
+            f" of {num_blocks} blocks"
+    if timeline is not None and step < len(timeline):
+        t = timeline[step]
+        title += (f" | ran {t['num_prefill']} prefill + {t['num_decode']} decode, "
+                  f"{t['num_batched_tokens']} tokens, {t['num_waiting']} waiting")
+        if t["num_preempted"]:
+            title += f", {t['num_preempted']} preempted"
+    touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
+    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
+                            max_arrows_seqs=6)
+
+
+def fig_engine_timeline(timeline: Sequence[Mapping], title: str = "What the engine did, step by step") -> go.Figure:
+    """Top: running and waiting sequences per step, preemptions marked. Bottom: KV pool usage (%)."""
+    if not timeline:
+        raise ValueError("timeline is empty: run llm.generate(...) first")
+    steps = [t["step"] for t in timeline]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("sequences", "KV pool used (%)"))
+    fig.add_trace(go.Scatter(x=steps, y=[t["num_running"] for t in timeline], name="running",
+                             line=dict(shape="hv", color="#1f77b4")), row=1, col=1)
+    fig.add_trace(go.Scatter(x=steps, y=[t["num_waiting"] for t in timeline], name="waiting",
+                             line=dict(shape="hv", color="#ff7f0e")), row=1, col=1)
+    pre = [t for t in timeline if t["num_preempted"]]
+    if pre:
+        fig.add_trace(go.Scatter(x=[t["step"] for t in pre], y=[t["num_running"] for t in pre], mode="markers",
+                                 name="preemption", marker=dict(symbol="x", size=10, color="#d62728")), row=1, col=1)
+    fig.add_trace(go.Scatter(x=steps, y=[100 * t["kv_usage"] for t in timeline], name="KV used",
+                             fill="tozeroy", line=dict(shape="hv", color="#2ca02c")), row=2, col=1)
+    fig.update_yaxes(range=[0, 105], row=2, col=1)
+    fig.update_xaxes(title_text="engine step", row=2, col=1)
+    fig.update_layout(title=title, height=420, margin=dict(t=70, b=40, l=50, r=10))
+    return fig
+
+
+def fig_prefix_cache(labels: Sequence[str], prompt_lens: Sequence[int], cached: Sequence[int],
+                     title: str = "Prompt tokens: computed vs read from the prefix cache") -> go.Figure:
+    """One stacked bar per request: prompt tokens prefilled vs reused from cached blocks."""
+    if not len(labels) == len(prompt_lens) == len(cached):
+        raise ValueError("labels, prompt_lens and cached must have the same length")
+    computed = [n - c for n, c in zip(prompt_lens, cached)]
+    fig = go.Figure([
+        go.Bar(x=list(labels), y=list(cached), name="from the prefix cache", marker_color="#c7c7c7"),
+        go.Bar(x=list(labels), y=computed, name="computed (prefill)", marker_color="#1f77b4"),
+    ])
+    fig.update_layout(barmode="stack", title=title, yaxis_title="prompt tokens", height=340)
+    return fig
+
+
+def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output tokens per second (same workload)"
+                   ) -> go.Figure:
+    """One bar per method; each bar is labelled with its ratio to the slowest."""
+    if not tokens_per_s:
+        raise ValueError("tokens_per_s is empty")
+    slowest = min(tokens_per_s.values())
+    names = list(tokens_per_s)
+    values = [tokens_per_s[n] for n in names]
+    fig = go.Figure(go.Bar(x=names, y=values, text=[f"{v:.1f} tok/s ({v / slowest:.1f}x)" for v in values],
+                           textposition="outside", marker_color=["#1f77b4" if n == "paged_lab" else "#7f7f7f"
+                                                                 for n in names]))
+    fig.update_layout(title=title, yaxis_title="tokens / s", yaxis_range=[0, max(values) * 1.25], height=360)
+    return fig

@@ -1,0 +1,68 @@
+"""Figures of notebook 07, fed by a real BlockManager's event log (no model needed)."""
+
+import pytest
+
+from paged_lab.memory import BlockManager
+from paged_lab.viz.engine import (
+    events_until_step,
+    fig_engine_pool,
+    fig_engine_timeline,
+    fig_prefix_cache,
+    fig_throughput,
+)
+
+
+@pytest.fixture
+def log():
+    bm = BlockManager(num_blocks=8, block_size=2)
+    bm.clock = 0
+    bm.allocate("a", [1, 2, 3])  # blocks for 3 tokens
+    bm.clock = 1
+    bm.allocate("b", [4, 5])
+    bm.append_token("a", 9)
+    bm.clock = 2
+    bm.free("a")
+    return bm
+
+
+def test_events_until_step_splits_the_log_by_engine_step(log):
+    kinds = [e.kind for e in log.events]
+    assert events_until_step(log.events, 0) == kinds.index("allocate") + 1
+    assert events_until_step(log.events, 1) == len(kinds) - 1
+    assert events_until_step(log.events, 5) == len(kinds)
+
+
+def test_pool_figure_replays_up_to_the_step_and_says_what_ran(log):
+    timeline = [dict(num_prefill=1, num_decode=0, num_batched_tokens=3, num_waiting=1, num_preempted=0),
+                dict(num_prefill=1, num_decode=1, num_batched_tokens=3, num_waiting=0, num_preempted=1)]
+    fig = fig_engine_pool(log.events, 8, 2, step=1, timeline=timeline)
+    assert "2 sequences hold 3 of 8 blocks" in fig.layout.title.text
+    assert "1 prefill + 1 decode" in fig.layout.title.text and "1 preempted" in fig.layout.title.text
+    red = [s for s in fig.layout.shapes if s.line.color == "red"]
+    assert len(red) == 2  # step 1 touched b's block and the block a appended into
+    assert "1 sequences hold 1 of 8" in fig_engine_pool(log.events, 8, 2, step=2).layout.title.text  # a freed
+    with pytest.raises(ValueError, match="step"):
+        fig_engine_pool(log.events, 8, 2, step=-1)
+
+
+def test_timeline_marks_preemptions():
+    rows = [dict(step=i, num_running=r, num_waiting=w, num_preempted=p, kv_usage=u)
+            for i, (r, w, p, u) in enumerate([(2, 1, 0, 0.5), (1, 2, 1, 0.9), (2, 0, 0, 0.7)])]
+    fig = fig_engine_timeline(rows)
+    marks = [t for t in fig.data if t.name == "preemption"]
+    assert len(marks) == 1 and list(marks[0].x) == [1]
+    assert max(next(t for t in fig.data if t.name == "KV used").y) == pytest.approx(90)
+    with pytest.raises(ValueError, match="timeline"):
+        fig_engine_timeline([])
+
+
+def test_throughput_bars_are_labelled_with_ratios():
+    fig = fig_throughput({"hf_static": 10.0, "paged_lab": 35.0})
+    assert list(fig.data[0].text) == ["10.0 tok/s (1.0x)", "35.0 tok/s (3.5x)"]
+
+
+def test_prefix_cache_bars_split_prompt_tokens():
+    fig = fig_prefix_cache(["r0", "r1"], [20, 22], [0, 16])
+    assert list(fig.data[0].y) == [0, 16] and list(fig.data[1].y) == [20, 6]
+    with pytest.raises(ValueError):
+        fig_prefix_cache(["r0"], [1, 2], [0])
