@@ -25,14 +25,31 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 test: $(STAMP)
-	$(PY) -m ruff check paged_lab tests benchmarks notebooks
+	$(PY) -m ruff check paged_lab tests benchmarks notebooks scripts
 	$(PY) -m pytest -q tests notebooks --ignore=tests/browser $(NBVAL)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests --ignore=tests/browser -m "not slow"
 
 lint: $(STAMP)
-	$(PY) -m ruff check paged_lab tests benchmarks notebooks
+	$(PY) -m ruff check paged_lab tests benchmarks notebooks scripts
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The learner's view: every notebook in JupyterLab in headless Chromium (Debian's package; Playwright
+# cannot download browsers here), with the time and memory budget checked on the same run.
+test-browser: $(STAMP)
+	@command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
+		|| { echo "test-browser needs Debian's chromium: apt-get install chromium (as root)"; exit 1; }
+	$(PY) -m pytest -q tests/browser
+
+# Execute the series headless and write docs/notebooks.md's table of wall time and peak RAM.
+.PHONY: budget
+budget: $(STAMP)
+	$(PY) scripts/measure_notebooks.py --write docs/notebooks.md
+
+# The executed series as static pages in site/ (not committed): plotly figures embedded, widget state kept.
+# With chromium present it also opens every page headless and checks its figures are drawn.
+html: $(STAMP)
+	$(PY) scripts/build_site.py --out site $$(command -v chromium >/dev/null && echo --check)

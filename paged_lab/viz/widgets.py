@@ -10,11 +10,15 @@ The figure comes from a pure function that tests call directly; nothing here com
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import plotly.graph_objects as go
+
+READOUT_CLASS = "paged-lab-readout"
 
 
 def in_colab() -> bool:
@@ -23,6 +27,38 @@ def in_colab() -> bool:
 
 def _values(controls: Mapping[str, Any]) -> dict[str, Any]:
     return {name: w.value for name, w in controls.items()}
+
+
+def figure_bundle(fig: go.Figure) -> dict[str, Any]:
+    """A display_data output for ``fig`` that needs no FigureWidget.
+
+    JupyterLab renders the plotly mimetype (offline, through its plotly extension); Colab and plain
+    HTML pages fall back to ``text/html``, which loads plotly.js from its CDN (Colab is online).
+    """
+    return {
+        "output_type": "display_data",
+        "data": {
+            "application/vnd.plotly.v1+json": {**json.loads(fig.to_json()), "config": {"responsive": True}},
+            "text/html": fig.to_html(include_plotlyjs="cdn", full_html=False),
+            "text/plain": f"<plotly figure: {fig.layout.title.text or 'untitled'}>",
+        },
+        "metadata": {},
+    }
+
+
+def _check_args(make_figure, controls, readout, fixed) -> None:
+    if not callable(make_figure):
+        raise TypeError(f"make_figure must be a function returning a plotly Figure, got {type(make_figure).__name__}")
+    if not isinstance(controls, Mapping) or not controls:
+        raise TypeError("controls must be a non-empty dict {argument name: ipywidgets control}")
+    for name, w in controls.items():
+        if not (hasattr(w, "value") and hasattr(w, "observe")):
+            raise TypeError(f"controls[{name!r}] must be an ipywidgets control with .value, got {type(w).__name__}")
+    if readout is not None and not callable(readout):
+        raise TypeError(f"readout must be a function (fig, **values) -> str, got {type(readout).__name__}")
+    clash = sorted(set(controls) & set(fixed))
+    if clash:
+        raise ValueError(f"fixed and controls both set {clash}; give each argument in one place only")
 
 
 def interactive(
@@ -37,42 +73,59 @@ def interactive(
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
     the class ``paged-lab-readout``). On Colab, or with ``use_figure_widget=False``, the figure is
     re-drawn as a plain figure inside an ``Output`` widget, since FigureWidget is unreliable there.
-    The returned box has ``.figure`` (the FigureWidget or None), ``.readout`` and ``.refresh()``.
+    The returned box has ``.figure`` (the FigureWidget, or None in the fallback), ``.view`` (the
+    widget that shows the figure: the FigureWidget or the Output), ``.readout`` and ``.refresh()``,
+    which re-draws from the controls' current values and returns the Figure.
+
+    The first figure is drawn at once, so a bad argument raises in the cell. A later control change
+    that makes ``make_figure`` raise keeps the last figure and shows the error in the readout.
     """
     import ipywidgets as W
 
     fixed = dict(fixed or {})
+    _check_args(make_figure, controls, readout, fixed)
     if use_figure_widget is None:
         use_figure_widget = not in_colab()
-    first = make_figure(**_values(controls), **fixed)
-    readout_w = W.HTML()
-    readout_w.add_class("paged-lab-readout")
-    if use_figure_widget:
-        figure = go.FigureWidget(first)
-        view = figure
-    else:
-        figure = None
-        view = W.Output()
 
-    def refresh(*_):
+    def draw() -> go.Figure:
+        fig = make_figure(**_values(controls), **fixed)
+        if not isinstance(fig, go.Figure):
+            raise TypeError(f"make_figure must return a plotly Figure, got {type(fig).__name__}")
+        return fig
+
+    first = draw()
+    readout_w = W.HTML()
+    readout_w.add_class(READOUT_CLASS)
+    view = go.FigureWidget(first) if use_figure_widget else W.Output()
+
+    def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
-        fig = make_figure(**values, **fixed)
-        if figure is not None:
-            with figure.batch_update():
-                figure.data = ()  # replace traces wholesale: their number may change
-                figure.add_traces(list(fig.data))
-                figure.layout = fig.layout
+        if not redraw:  # the FigureWidget was built from this very figure
+            pass
+        elif use_figure_widget:
+            with view.batch_update():
+                view.data = ()  # replace traces wholesale: their number may change
+                view.add_traces(list(fig.data))
+                view.layout = fig.layout
         else:
-            view.clear_output(wait=True)
-            with view:
-                fig.show()
+            # Set the outputs directly (not `with view:`), so the re-draw needs no kernel context.
+            view.outputs = (figure_bundle(fig),)
         if readout is not None:
             readout_w.value = readout(fig, **values)
+
+    def refresh(*_):
+        try:
+            fig = draw()
+            show(fig)
+        except Exception as exc:  # a learner's slider combination; keep the last figure, say why
+            readout_w.value = f'<span style="color:#d62728">{html.escape(f"{type(exc).__name__}: {exc}")}</span>'
+            return None
         return fig
 
     for w in controls.values():
         w.observe(refresh, names="value")
-    refresh()
+    show(first, redraw=not use_figure_widget)
     box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view])
-    box.figure, box.readout, box.refresh = figure, readout_w, refresh
+    box.figure = view if use_figure_widget else None
+    box.view, box.readout, box.refresh = view, readout_w, refresh
     return box

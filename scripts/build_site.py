@@ -1,0 +1,214 @@
+"""Execute the series and write it as static HTML pages, readable without a kernel (``make html``).
+
+    python scripts/build_site.py                  # every notebook -> site/NN_name.html, site/index.html
+    python scripts/build_site.py --out site 01    # only notebooks whose name starts with 01
+
+- Plotly figures are drawn by plotly.js embedded once per page, so a page works offline.
+- The widget state is kept (stored in the page like nbconvert's ``store_widget_state``); online, the
+  playgrounds render from it. Each playground also gets a static picture of its figure at the default
+  settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
+- Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import html
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+PLOTLY = "application/vnd.plotly.v1+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+# Show the static picture of a playground only where the live widget did not render a figure.
+HIDE_FALLBACKS = """<script>
+window.addEventListener("load", () => setTimeout(() => {
+  document.querySelectorAll(".paged-lab-static").forEach((el) => {
+    const live = el.closest(".jp-OutputArea-child")?.previousElementSibling;
+    if (live && live.querySelector(".js-plotly-plot .main-svg")) el.style.display = "none";
+  });
+}, 4000));
+</script>"""
+
+
+def plotly_js() -> str:
+    """plotly.js, inlined once per page; hidden from require.js (which nbconvert loads for widgets)
+    so that it defines the global ``Plotly`` the figure snippets call."""
+    from plotly.offline import get_plotlyjs
+
+    return (
+        "<script>window.__define = window.define; window.define = undefined;</script>\n"
+        f"<script type=\"text/javascript\">{get_plotlyjs()}</script>\n"
+        "<script>window.define = window.__define;</script>"
+    )
+
+
+def figure_html(fig: dict) -> str:
+    import plotly.io as pio
+
+    return pio.to_html(fig, include_plotlyjs=False, full_html=False, validate=False)
+
+
+def _model(state: dict, ref: str) -> dict | None:
+    entry = state.get(ref.removeprefix("IPY_MODEL_"))
+    return entry and entry["state"] | {"_model_name": entry["model_name"]}
+
+
+def playground_fallback(view: dict, state: dict) -> str | None:
+    """A static picture of an ``interactive()`` box from its kept widget state, or None if it is not one."""
+    box = _model(state, view.get("model_id", ""))
+    if not box or box["_model_name"] != "VBoxModel":
+        return None
+    readout, figure, controls = None, None, []
+    for ref in box.get("children", []):
+        child = _model(state, ref) or {}
+        if "paged-lab-readout" in child.get("_dom_classes", []):
+            readout = child.get("value", "")
+        elif "_widget_data" in child:  # plotly FigureWidget
+            figure = {"data": child["_widget_data"], "layout": child.get("_widget_layout", {})}
+        elif child.get("_model_name") == "OutputModel":  # the Colab-style fallback
+            for out in child.get("outputs", []):
+                figure = out.get("data", {}).get(PLOTLY, figure)
+        elif child.get("_model_name") == "HBoxModel":
+            for c in child.get("children", []):
+                ctl = _model(state, c) or {}
+                if not ctl.get("description"):
+                    continue
+                if ctl.get("_options_labels") and ctl.get("index") is not None:  # Dropdown, ToggleButtons
+                    shown = ctl["_options_labels"][ctl["index"]]
+                elif "value" in ctl:
+                    shown = ctl["value"]
+                else:
+                    continue
+                controls.append(f"{html.escape(str(ctl['description']))} = {html.escape(str(shown))}")
+    if figure is None:
+        return None
+    note = "Static picture at " + (", ".join(controls) or "the default settings")
+    note += ". Open the notebook (Binder or Colab badge above) to move the controls."
+    return (
+        '<div class="paged-lab-static">'
+        f'<p style="font-style:italic;color:#555">{note}</p>'
+        f"<div>{readout or ''}</div>{figure_html(figure)}</div>"
+    )
+
+
+def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Give every plotly output an HTML rendering and every playground a static picture."""
+    nb = copy.deepcopy(nb)
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        outputs = []
+        for out in cell.outputs:
+            data = out.get("data", {})
+            if PLOTLY in data and "text/html" not in data:
+                data["text/html"] = figure_html(data[PLOTLY])
+            outputs.append(out)
+            if WIDGET_VIEW in data:
+                fallback = playground_fallback(data[WIDGET_VIEW], state)
+                if fallback:
+                    outputs.append(nbformat.v4.new_output("display_data", data={"text/html": fallback}))
+        cell.outputs = outputs
+    return nb
+
+
+def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    return nb
+
+
+def to_html(nb: nbformat.NotebookNode, pages: list[str]) -> str:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(make_static(nb))
+    if "Plotly.newPlot" in body:  # only pages with figures carry plotly.js
+        body = body.replace("</head>", plotly_js() + "\n</head>", 1)
+    body = body.replace("</body>", HIDE_FALLBACKS + "\n</body>", 1)
+    for name in pages:  # links between notebooks go to their pages
+        stem = name.removesuffix(".ipynb")
+        body = re.sub(rf'href="(?:notebooks/)?{re.escape(name)}"', f'href="{stem}.html"', body)
+    return body
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-quic", "--no-first-run"]  # fmt: skip
+
+
+def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromium") -> list[str]:
+    """Open each page in headless Chromium (offline is fine), screenshot its top into ``shots``, and
+    return the pages where fewer figures were drawn than the page holds."""
+    from playwright.sync_api import sync_playwright
+
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        for page_path in pages:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=120_000)
+            expected = page_path.read_text().count("Plotly.newPlot(")
+            try:
+                page.wait_for_function(
+                    f"() => document.querySelectorAll('.js-plotly-plot .main-svg .trace').length > 0 || {expected} == 0",
+                    timeout=30_000,
+                )
+            except Exception:
+                pass
+            drawn = page.evaluate(
+                "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                ".filter((p) => p.querySelector('.main-svg') && (p.data || []).length > 0).length"
+            )
+            page.screenshot(path=str(shots / f"{page_path.stem}.png"))
+            if drawn < expected:
+                problems.append(f"{page_path.name}: {drawn} of {expected} figures drawn")
+            page.close()
+        browser.close()
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("only", nargs="*", help="name prefixes of the notebooks to build (default: all)")
+    parser.add_argument("--out", type=Path, default=ROOT / "site")
+    parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
+    args = parser.parse_args(argv)
+    series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    chosen = [p for p in series if not args.only or any(p.name.startswith(o) for o in args.only)]
+    if not chosen:
+        print(f"no notebook in {NOTEBOOKS} matches {args.only}", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    pages, built = [p.name for p in series], []
+    for i, path in enumerate(chosen, 1):
+        start = time.perf_counter()
+        page = args.out / f"{path.stem}.html"
+        page.write_text(to_html(execute(path), pages))
+        if path.name.startswith("00_"):
+            (args.out / "index.html").write_text(page.read_text())
+        built.append(page)
+        print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({time.perf_counter() - start:.0f} s)", flush=True)
+    if args.check:
+        problems = check_pages(built, args.out / "screenshots")
+        for problem in problems:
+            print(f"NOT DRAWN: {problem}", file=sys.stderr)
+        print(f"checked {len(built)} pages in headless Chromium; screenshots in {args.out / 'screenshots'}")
+        return 1 if problems else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

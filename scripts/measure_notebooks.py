@@ -1,0 +1,196 @@
+"""Execute each notebook headless and check it against its time and memory budget.
+
+    python scripts/measure_notebooks.py                 # every notebook, print the table, exit 1 if over budget
+    python scripts/measure_notebooks.py --write docs/notebooks.md
+    python scripts/measure_notebooks.py notebooks/01_kv_cache_math.ipynb
+
+Wall time is from the first cell's start to the last cell's end (the kernel is already up, as it is
+for a learner who presses "Run All"); peak memory is the kernel process's high-water resident set
+(VmHWM from /proc, plus any child process it left running), the number Binder's 2 GB limit is about.
+The browser test (tests/browser) enforces the same budgets on its own run of every notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+
+# Binder gives a session 2 GB; decimal on purpose (the stricter reading of "2 GB").
+MEMORY_LIMIT_BYTES = 2 * 1000**3
+DEFAULT_SECONDS = 60.0
+SECONDS_BY_NUMBER = {6: 90.0, 7: 180.0}
+
+TABLE_START = "<!-- budget-table:start -->"
+TABLE_END = "<!-- budget-table:end -->"
+
+
+def discover(folder: Path = NOTEBOOKS) -> list[Path]:
+    """The series, in order: every ``NN_name.ipynb`` in ``folder`` (checkpoints excluded)."""
+    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if p.is_file())
+
+
+def notebook_number(path: Path | str) -> int:
+    match = re.match(r"(\d\d)_", Path(path).name)
+    if not match:
+        raise ValueError(f"notebook name {Path(path).name!r} does not start with a two-digit number 'NN_'")
+    return int(match.group(1))
+
+
+def time_limit(path: Path | str) -> float:
+    """Seconds a notebook may take on CPU: 60 s for 00-05, 90 s for 06, 180 s for 07."""
+    return SECONDS_BY_NUMBER.get(notebook_number(path), DEFAULT_SECONDS)
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """High-water resident set of ``pid`` plus the current RSS of its live children (bytes)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    peak = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    except OSError:  # not Linux: fall back to the current RSS
+        peak = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            peak += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return peak
+
+
+@dataclass
+class Measurement:
+    notebook: str
+    seconds: float
+    peak_bytes: int
+    error: str | None = None
+
+    @property
+    def time_limit(self) -> float:
+        return time_limit(self.notebook)
+
+    def problems(self) -> list[str]:
+        """What is over budget, each as a sentence naming the measured value and the limit."""
+        out = []
+        if self.error:
+            out.append(f"{self.notebook} failed: {self.error}")
+        if self.seconds > self.time_limit:
+            out.append(f"{self.notebook} took {self.seconds:.1f} s; its limit is {self.time_limit:.0f} s")
+        if self.peak_bytes > MEMORY_LIMIT_BYTES:
+            out.append(
+                f"{self.notebook} peaked at {self.peak_bytes / 1e9:.2f} GB of RAM; "
+                f"the limit is {MEMORY_LIMIT_BYTES / 1e9:.0f} GB"
+            )
+        return out
+
+
+def execute(path: Path, timeout: float | None = None) -> Measurement:
+    """Run ``path`` top to bottom in a fresh python3 kernel (nbclient) and measure it."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    limit = time_limit(path)
+    client = NotebookClient(
+        nb,
+        timeout=int(timeout or 2 * limit),  # per cell; the budget check itself is on the whole run
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    error = None
+    with client.setup_kernel():
+        pid = client.km.provisioner.process.pid
+        start = time.perf_counter()
+        try:
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+        except CellExecutionError as exc:
+            error = f"{exc.ename}: {exc.evalue}" if getattr(exc, "ename", None) else type(exc).__name__
+        seconds = time.perf_counter() - start
+        peak = peak_rss_bytes(pid)
+    return Measurement(path.name, seconds, peak, error)
+
+
+def markdown_table(rows: list[Measurement], kept: list[str] = ()) -> str:
+    """The budget table; ``kept`` are earlier rows (markdown lines) of notebooks not measured now."""
+    lines = [
+        f"| `{m.notebook}` | {m.seconds:.1f} s | {m.time_limit:.0f} s | {m.peak_bytes / 2**20:,.0f} MiB | "
+        f"{MEMORY_LIMIT_BYTES / 1e9:.0f} GB | {'yes' if not m.problems() else '**no**'} | {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} |"
+        for m in rows
+    ]
+    header = [
+        "| Notebook | Wall time | Limit | Peak RAM (kernel) | Limit | OK | Measured |",
+        "|----------|----------:|------:|------------------:|------:|:--:|----------|",
+    ]
+    return "\n".join(header + sorted([*lines, *kept]))
+
+
+def table_rows(doc: Path) -> dict[str, str]:
+    """The rows of the budget table now in ``doc``, by notebook file name."""
+    text = doc.read_text() if doc.exists() else ""
+    block = text.split(TABLE_START, 1)[-1].split(TABLE_END, 1)[0] if TABLE_START in text else ""
+    return {m.group(1): line for line in block.splitlines() if (m := re.match(r"\| `([^`]+)` \|", line))}
+
+
+def write_table(doc: Path, table: str, note: str) -> None:
+    """Replace the block between the budget-table markers in ``doc`` (the rest is left as it is)."""
+    text = doc.read_text()
+    if TABLE_START not in text or TABLE_END not in text:
+        raise ValueError(f"{doc} has no {TABLE_START} ... {TABLE_END} block to write the table into")
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    doc.write_text(f"{head}{TABLE_START}\n{note}\n\n{table}\n{TABLE_END}{tail}")
+
+
+def machine_note() -> str:
+    import os
+    import platform
+
+    import psutil
+
+    return (
+        "Measured with `python scripts/measure_notebooks.py --write docs/notebooks.md` (last run "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC) on {platform.machine()} Linux, {os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+        f"no GPU: Python {platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the start "
+        "(a shared machine: the times are upper bounds)."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: the whole series)")
+    parser.add_argument("--write", type=Path, help="markdown file whose budget-table block gets the results")
+    args = parser.parse_args(argv)
+    paths = [p.resolve() for p in args.notebooks] or discover()
+    if not paths:
+        print(f"no notebooks found in {NOTEBOOKS}", file=sys.stderr)
+        return 1
+    note, rows = machine_note(), []
+    for path in paths:
+        m = execute(path)
+        print(f"{m.notebook}: {m.seconds:.1f} s (limit {m.time_limit:.0f} s), {m.peak_bytes / 2**20:,.0f} MiB", flush=True)
+        rows.append(m)
+    print(markdown_table(rows))
+    if args.write:  # rows of notebooks not measured this time stay, with their own date
+        measured = {m.notebook for m in rows}
+        kept = [line for name, line in table_rows(args.write).items() if name not in measured and (NOTEBOOKS / name).exists()]
+        write_table(args.write, markdown_table(rows, kept), note)
+    problems = [p for m in rows for p in m.problems()]
+    for p in problems:
+        print(f"OVER BUDGET: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

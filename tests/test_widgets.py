@@ -1,0 +1,124 @@
+"""viz.widgets.interactive: controls drive the figure and the readout, with a FigureWidget or (Colab) an Output."""
+
+import json
+import sys
+
+import ipywidgets as W
+import plotly.graph_objects as go
+import pytest
+
+from paged_lab.viz import widgets
+from paged_lab.viz.widgets import READOUT_CLASS, figure_bundle, interactive
+
+
+def bars(n: int, scale: float = 1.0, title: str = "bars") -> go.Figure:
+    """n bar traces (their number changes with n), heights scaled by ``scale``."""
+    fig = go.Figure([go.Bar(x=["a", "b"], y=[i * scale, (i + 1) * scale], name=f"t{i}") for i in range(n)])
+    fig.update_layout(title=f"{title} n={n}")
+    return fig
+
+
+def controls():
+    return {"n": W.IntSlider(value=2, min=1, max=5, description="n"), "scale": W.FloatSlider(value=1.0, description="s")}
+
+
+def test_figure_widget_follows_the_controls():
+    ctl = controls()
+    box = interactive(bars, ctl, readout=lambda fig, **v: f"{len(fig.data)} traces at x{v['scale']}")
+    assert isinstance(box.figure, go.FigureWidget) and box.view is box.figure
+    assert [list(t.y) for t in box.figure.data] == [[0, 1], [1, 2]]
+    assert box.readout.value == "2 traces at x1.0"
+    assert READOUT_CLASS in box.readout._dom_classes
+
+    ctl["n"].value = 4
+    ctl["scale"].value = 0.5
+    assert len(box.figure.data) == 4
+    assert [list(t.y) for t in box.figure.data][-1] == [1.5, 2.0]
+    assert box.figure.layout.title.text == "bars n=4"
+    assert box.readout.value == "4 traces at x0.5"
+
+    ctl["n"].value = 1  # fewer traces than before: the old ones are gone, not left behind
+    assert [t.name for t in box.figure.data] == ["t0"]
+
+
+def test_box_shows_controls_readout_and_figure():
+    ctl = controls()
+    box = interactive(bars, ctl)
+    row, readout, view = box.children
+    assert list(row.children) == list(ctl.values())
+    assert readout is box.readout and view is box.view
+    assert box.readout.value == ""  # no readout function: stays empty
+
+
+def test_fixed_arguments_reach_the_figure_function():
+    box = interactive(bars, controls(), fixed={"title": "KV"})
+    assert box.figure.layout.title.text == "KV n=2"
+    assert box.refresh().layout.title.text == "KV n=2"
+
+
+def test_output_fallback_redraws_a_plain_figure():
+    """The Colab path: no FigureWidget, a plain figure re-drawn in an Output; the core controls still drive it."""
+    ctl = controls()
+    box = interactive(bars, ctl, readout=lambda fig, **v: f"n={v['n']}", use_figure_widget=False)
+    assert box.figure is None and isinstance(box.view, W.Output)
+
+    def shown():
+        (out,) = box.view.outputs  # exactly one figure, never an accumulation of re-draws
+        return out["data"]["application/vnd.plotly.v1+json"]
+
+    assert len(shown()["data"]) == 2 and box.readout.value == "n=2"
+    ctl["n"].value = 3
+    assert len(shown()["data"]) == 3 and shown()["layout"]["title"]["text"] == "bars n=3"
+    assert box.readout.value == "n=3"
+    ctl["scale"].value = 2.0
+    assert len(box.view.outputs) == 1 and box.readout.value == "n=3"
+
+
+def test_colab_picks_the_fallback_by_itself(monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    assert widgets.in_colab()
+    box = interactive(bars, controls())
+    assert box.figure is None and isinstance(box.view, W.Output)
+    monkeypatch.delitem(sys.modules, "google.colab")
+    assert isinstance(interactive(bars, controls()).figure, go.FigureWidget)
+
+
+def test_figure_bundle_renders_everywhere():
+    fig = bars(2)
+    out = figure_bundle(fig)
+    data = out["data"]
+    json.dumps(out)  # an Output widget syncs it as JSON
+    assert data["application/vnd.plotly.v1+json"]["data"][0]["type"] == "bar"
+    assert "cdn.plot.ly" in data["text/html"] and "bars n=2" in data["text/plain"]
+
+
+def test_a_failing_redraw_keeps_the_figure_and_says_why():
+    def picky(n, scale):
+        if n > 3:
+            raise ValueError(f"n must be <= 3, got {n}")
+        return bars(n, scale)
+
+    ctl = controls()
+    box = interactive(picky, ctl, readout=lambda fig, **v: "ok")
+    ctl["n"].value = 5
+    assert len(box.figure.data) == 2  # the last good figure stays
+    assert "n must be &lt;= 3, got 5" in box.readout.value
+    ctl["n"].value = 3
+    assert len(box.figure.data) == 3 and box.readout.value == "ok"
+
+
+def test_bad_arguments_raise_naming_them():
+    with pytest.raises(TypeError, match="make_figure"):
+        interactive("not a function", controls())
+    with pytest.raises(TypeError, match="controls"):
+        interactive(bars, {})
+    with pytest.raises(TypeError, match=r"controls\['n'\]"):
+        interactive(bars, {"n": 3})
+    with pytest.raises(TypeError, match="readout"):
+        interactive(bars, controls(), readout="n traces")
+    with pytest.raises(ValueError, match=r"\['n'\]"):
+        interactive(bars, controls(), fixed={"n": 1})
+    with pytest.raises(TypeError, match="must return a plotly Figure"):
+        interactive(lambda n, scale: None, controls())
+    with pytest.raises(TypeError, match="scale"):  # the first draw raises in the cell, not silently
+        interactive(lambda n: bars(n), controls())
