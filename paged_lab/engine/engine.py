@@ -229,6 +229,11 @@ class LLM:
             query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),
             is_decode=qsl[-1] == len(scheduled),
         )
+        if kernels.resolve_backend(self.attention_backend, *self.kv.layers[0]) == "torch":
+            # gather indices and masks of the torch kernel: once per step, shared by all layers
+            meta.plan = kernels.torch_paged.plan_gather(
+                meta.block_tables, meta.context_lens, self.block_size,
+                query_start_loc=None if meta.is_decode else meta.query_start_loc)
         ids_t = torch.tensor(input_ids, dtype=torch.long, device=dev)
         pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
         hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)

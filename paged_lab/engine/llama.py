@@ -13,6 +13,7 @@ into one flat batch ``[num_tokens, hidden]`` (no padding), so the matmuls see ev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # int32 [num_seqs]: tokens in cache after this step, query included
     query_start_loc: torch.Tensor  # int32 [num_seqs + 1]: cumsum of query lengths
     is_decode: bool  # every sequence has exactly one query token -> the decode kernel
+    # The torch backend's gather indices and masks (kernels.torch_paged.GatherPlan), built once per step
+    # by the engine; None -> the kernel builds them itself (per layer).
+    plan: Any = None
+    # True once the tensors above passed the kernels' argument checks (layer 0 of a forward runs them;
+    # the other layers see the same tensors and skip the checks).
+    validated: bool = False
 
 
 # --- RoPE ----------------------------------------------------------------------------------------
@@ -130,12 +137,14 @@ def paged_attention(backend: str = "auto"):
     from paged_lab import kernels
 
     def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend)
+        check = not meta.validated
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend, validate=check)
         if meta.is_decode:
             return kernels.paged_attention_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                                  scale, backend=backend)
+                                                  scale, backend=backend, validate=check, plan=meta.plan)
         return kernels.paged_attention_prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                               meta.query_start_loc, scale, backend=backend)
+                                               meta.query_start_loc, scale, backend=backend, validate=check,
+                                               plan=meta.plan)
 
     return attend
 
@@ -227,6 +236,8 @@ class PagedLlama:
         attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads, head_dim].
         """
         attention = attention or paged_attention()
+        # Layer 0 checks the metadata; every later layer gets the same tensors, marked as checked.
+        checked = meta if meta.validated else dataclasses.replace(meta, validated=True)
         if int(positions.max()) >= self._cos.shape[0]:
             self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
         cos = self._cos[positions].unsqueeze(1)  # [num_tokens, 1, head_dim]
@@ -242,7 +253,7 @@ class PagedLlama:
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             k_cache, v_cache = kv_caches[i]
-            o = attention(q, k, v, k_cache, v_cache, meta, self.scale)  # [num_tokens, nq, hd]
+            o = attention(q, k, v, k_cache, v_cache, meta if i == 0 else checked, self.scale)  # [num_tokens, nq, hd]
             x = x + F.linear(o.reshape(-1, q_size), w.o, w.o_bias)
             h = rms_norm(x, w.post_norm, self.eps)
             mlp = F.silu(F.linear(h, w.gate, w.gate_bias)) * F.linear(h, w.up, w.up_bias)  # [num_tokens, inter]

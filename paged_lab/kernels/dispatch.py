@@ -11,6 +11,10 @@ Backends:
 Every check runs before any launch and names the argument and the limit. Checks of tensor
 *values* (table entries in range, context lengths, query_start_loc) run when the tensors live on
 the CPU; on CUDA they would force a device sync per layer, so there only shapes/dtypes are checked.
+
+``validate=False`` skips every check: for callers (the engine) that checked the same block tables,
+context lengths and slot mapping once per step and then call these for every layer. ``plan`` (torch
+backend only) is the batch's precomputed :class:`~paged_lab.kernels.torch_paged.GatherPlan`.
 """
 
 from __future__ import annotations
@@ -171,13 +175,27 @@ def _run_triton(auto: bool, run_triton, run_torch):
 
 
 # ------------------------------------------------------------------------------------------- API
-def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto") -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
     ``[num_blocks, block_size, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``,
     ``slot = block * block_size + offset``; a negative slot skips that token (padding).
     """
+    if validate:
+        _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
+    which = resolve_backend(backend, k_cache, v_cache)
+    if k.shape[0] == 0:
+        return
+    run_torch = lambda: reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
+    if which == "triton":
+        run_triton = lambda: _triton(k_cache).store_kv(k, v, k_cache, v_cache, slot_mapping)
+        _run_triton(backend == "auto", run_triton, run_torch)
+    else:
+        run_torch()
+
+
+def _check_store_kv(k, v, k_cache, v_cache, slot_mapping):
     num_blocks, block_size, num_kv_heads, head_dim = _check_cache(k_cache, v_cache)
     doc = f"[num_tokens, num_kv_heads={num_kv_heads}, head_dim={head_dim}]"
     for name, t in (("k", k), ("v", v)):
@@ -197,19 +215,11 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto") -> Non
         raise ValueError(
             f"slot_mapping max {int(slot_mapping.max())} must be < num_blocks x block_size = {num_slots}"
         )
-    which = resolve_backend(backend, k_cache, v_cache)
-    if k.shape[0] == 0:
-        return
-    run_torch = lambda: reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
-    if which == "triton":
-        run_triton = lambda: _triton(k_cache).store_kv(k, v, k_cache, v_cache, slot_mapping)
-        _run_triton(backend == "auto", run_triton, run_torch)
-    else:
-        run_torch()
 
 
 def paged_attention_decode(
-    q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto", num_splits: int | None = None
+    q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto", num_splits: int | None = None,
+    validate: bool = True, plan=None,
 ):
     """One query token per sequence over its paged context -> ``[num_seqs, num_heads, head_dim]``.
 
@@ -218,16 +228,20 @@ def paged_attention_decode(
     ``num_splits`` (Triton only): split each sequence's context into that many partitions merged by
     log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
     """
-    _check_cache(k_cache, v_cache)
-    _check_q(q, k_cache, "num_seqs")
-    _check_device(k_cache.device, q=q, v_cache=v_cache)
-    _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
-    _check_scale(scale)
+    if validate:
+        _check_cache(k_cache, v_cache)
+        _check_q(q, k_cache, "num_seqs")
+        _check_device(k_cache.device, q=q, v_cache=v_cache)
+        _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
+        _check_scale(scale)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
     which = resolve_backend(backend, k_cache, v_cache)
-    impl = reference if which == "reference" else torch_paged
-    run_torch = lambda: impl.paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+    if which == "reference":
+        run_torch = lambda: reference.paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, float(scale))
+    else:
+        run_torch = lambda: torch_paged.paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens,
+                                                               float(scale), plan=plan)
     if which == "triton":
         return _run_triton(
             backend == "auto",
@@ -240,7 +254,8 @@ def paged_attention_decode(
 
 
 def paged_attention_prefill(
-    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto"
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto",
+    validate: bool = True, plan=None,
 ):
     """Several causal query tokens per sequence over its paged context -> ``[num_tokens, num_heads, head_dim]``.
 
@@ -249,6 +264,20 @@ def paged_attention_prefill(
     last ``query_len`` positions of its ``context_lens[i]`` tokens (chunked prefill and cached
     prefixes: the earlier context is read from the cache).
     """
+    if validate:
+        _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale)
+    which = resolve_backend(backend, k_cache, v_cache)
+    args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, float(scale))
+    if which == "reference":
+        return reference.paged_attention_prefill(*args)
+    run_torch = lambda: torch_paged.paged_attention_prefill(*args, plan=plan)
+    if which == "triton":
+        run_triton = lambda: _triton(k_cache).paged_attention_prefill(*args)
+        return _run_triton(backend == "auto", run_triton, run_torch)
+    return run_torch()
+
+
+def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale):
     _check_cache(k_cache, v_cache)
     _check_q(q, k_cache, "num_tokens")
     _check_device(k_cache.device, q=q, v_cache=v_cache)
@@ -277,13 +306,6 @@ def paged_attention_prefill(
                 f"(context_lens counts the query tokens too)"
             )
     _check_scale(scale)
-    which = resolve_backend(backend, k_cache, v_cache)
-    impl = reference if which == "reference" else torch_paged
-    args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, float(scale))
-    if which == "triton":
-        run_triton = lambda: _triton(k_cache).paged_attention_prefill(*args)
-        return _run_triton(backend == "auto", run_triton, lambda: impl.paged_attention_prefill(*args))
-    return impl.paged_attention_prefill(*args)
 
 
 def paged_attention(

@@ -11,34 +11,77 @@ query rows of that KV head (``[num_seqs, kv_heads, group * num_q, d]``), so SDPA
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from paged_lab.kernels.reference import store_kv  # noqa: F401  (already one vectorized index_put)
 
 
-def gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx: int):
+@dataclass
+class GatherPlan:
+    """The index work of one batch, shared by every layer (the tables and lengths do not change
+    between layers of one step, so the engine builds this once per step instead of 30 times).
+
+    table: long ``[S, nb]`` (padding entries set to block 0); valid: bool ``[S, T]``;
+    unused: long ``[n]``, flat ``[S * T]`` rows past each context (zeroed after the gather);
+    decode_mask: bool ``[S, 1, 1, T]`` (broadcasts over heads); for prefill also seq_of / row
+    (``[num_tokens]``: owning sequence, index within its query), max_q and the causal mask
+    ``[S, max_q, T]``.
+    """
+
+    table: torch.Tensor
+    valid: torch.Tensor
+    unused: torch.Tensor
+    decode_mask: torch.Tensor
+    seq_of: torch.Tensor | None = None
+    row: torch.Tensor | None = None
+    max_q: int = 1
+    mask: torch.Tensor | None = None
+
+
+def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
+                query_start_loc=None) -> GatherPlan:
+    """Build the :class:`GatherPlan` of a batch; ``query_start_loc`` (prefill) adds the causal mask."""
+    dev = block_tables.device
+    lens = context_lens.to(device=dev, dtype=torch.long)
+    max_ctx = int(lens.max()) if max_ctx is None else int(max_ctx)
+    nb = max(1, -(-max_ctx // block_size))
+    first_pos = torch.arange(nb, device=dev) * block_size  # [nb]
+    table = block_tables[:, :nb].to(dtype=torch.long)  # [S, nb]
+    table = torch.where(first_pos[None, :] < lens[:, None], table, 0)  # padding entries may hold anything
+    pos = torch.arange(nb * block_size, device=dev)  # [T]
+    valid = pos[None, :] < lens[:, None]  # [S, T]
+    unused = (~valid).flatten().nonzero().squeeze(1)  # few: partial last blocks, padding
+    plan = GatherPlan(table, valid, unused, valid[:, None, None, :])
+    if query_start_loc is not None:
+        qsl = query_start_loc.to(device=dev, dtype=torch.long)
+        q_lens = qsl[1:] - qsl[:-1]  # [S]
+        S, num_tokens = q_lens.shape[0], int(qsl[-1])
+        plan.max_q = int(q_lens.max()) if S else 0
+        plan.seq_of = torch.repeat_interleave(torch.arange(S, device=dev), q_lens)  # [num_tokens]
+        plan.row = torch.arange(num_tokens, device=dev) - qsl[plan.seq_of]  # [num_tokens]
+        q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]  # [S, max_q] absolute
+        plan.mask = (pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]  # [S, max_q, T] causal + in-context
+    return plan
+
+
+def gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx: int, plan: GatherPlan | None = None):
     """Gather all sequences' K/V through their tables into ``[num_seqs, kv_heads, T, d]`` (float32).
 
     ``T = ceil(max_ctx / block_size) * block_size``. Slots at or past a sequence's context length are
     zeroed (not just masked later) so NaN or garbage in unused slots can never reach the softmax:
     a masked score is dropped, but ``0 * NaN`` in ``probs @ V`` would still be NaN.
-    Also returns ``valid``: bool ``[num_seqs, T]``.
+    Also returns ``valid``: bool ``[num_seqs, T]``. ``plan``: the batch's precomputed indices.
     """
-    block_size = k_cache.shape[1]
-    nb = max(1, -(-max_ctx // block_size))
-    lens = context_lens.to(device=k_cache.device, dtype=torch.long)
-    first_pos = torch.arange(nb, device=k_cache.device) * block_size  # [nb]
-    table = block_tables[:, :nb].to(device=k_cache.device, dtype=torch.long)  # [S, nb]
-    table = torch.where(first_pos[None, :] < lens[:, None], table, 0)  # padding entries may hold anything
-    pos = torch.arange(nb * block_size, device=k_cache.device)  # [T]
-    valid = pos[None, :] < lens[:, None]  # [S, T]
-    k = k_cache[table].flatten(1, 2).float()  # [S, T, kv_heads, d]; a fresh copy, so zeroing in place is safe
-    v = v_cache[table].flatten(1, 2).float()
-    unused = (~valid).flatten().nonzero().squeeze(1)  # rows past each context (few: partial last blocks, padding)
-    k.view(-1, *k.shape[2:]).index_fill_(0, unused, 0.0)
-    v.view(-1, *v.shape[2:]).index_fill_(0, unused, 0.0)
-    return k.transpose(1, 2), v.transpose(1, 2), valid  # [S, kv_heads, T, d]
+    if plan is None:
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
+    k = k_cache[plan.table].flatten(1, 2).float()  # [S, T, kv_heads, d]; a fresh copy, so zeroing in place is safe
+    v = v_cache[plan.table].flatten(1, 2).float()
+    k.view(-1, *k.shape[2:]).index_fill_(0, plan.unused, 0.0)
+    v.view(-1, *v.shape[2:]).index_fill_(0, plan.unused, 0.0)
+    return k.transpose(1, 2), v.transpose(1, 2), plan.valid  # [S, kv_heads, T, d]
 
 
 def _attend(q, k, v, mask, scale: float):
@@ -53,37 +96,38 @@ def _attend(q, k, v, mask, scale: float):
     return o.view(S, kvh, group, num_q, d).permute(0, 3, 1, 2, 4).reshape(S, num_q, H, d)
 
 
-def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float, max_context_len=None):
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float, max_context_len=None,
+                           plan: GatherPlan | None = None):
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
-    max_ctx = int(context_lens.max()) if max_context_len is None else int(max_context_len)
-    k, v, valid = gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx)
-    out = _attend(q.float()[:, None], k, v, valid[:, None, :], scale)  # [S, 1, H, d]
-    return out[:, 0].to(q.dtype)
+    if plan is None:
+        max_ctx = None if max_context_len is None else int(max_context_len)
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
+    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan)
+    S, H, d = q.shape
+    kvh = k.shape[1]
+    # one query per sequence: the GQA group's query heads are the rows of their KV head (plain MHA)
+    qg = q.float().view(S, kvh, H // kvh, d)  # [S, kv_heads, group, d]
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=plan.decode_mask, scale=scale)  # [S, kvh, group, d]
+    return o.reshape(S, H, d).to(q.dtype)
 
 
 def paged_attention_prefill(
-    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None
+    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
+    plan: GatherPlan | None = None,
 ):
     """Batched (chunked) prefill; same contract as :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
     num_tokens = q.shape[0]
     if num_tokens == 0:
         return torch.empty_like(q)
-    dev = q.device
-    qsl = query_start_loc.to(device=dev, dtype=torch.long)
-    lens = context_lens.to(device=dev, dtype=torch.long)
-    q_lens = qsl[1:] - qsl[:-1]  # [S]
-    S = q_lens.shape[0]
-    max_q = int(q_lens.max())
-    max_ctx = int(lens.max()) if max_context_len is None else int(max_context_len)
-    seq_of = torch.repeat_interleave(torch.arange(S, device=dev), q_lens)  # [num_tokens] owning sequence
-    row = torch.arange(num_tokens, device=dev) - qsl[seq_of]  # [num_tokens] index within its sequence's query
-    qp = q.new_zeros((S, max_q) + tuple(q.shape[1:]), dtype=torch.float32)
-    qp[seq_of, row] = q.float()  # [S, max_q, H, d]
-    k, v, valid = gather_padded(k_cache, v_cache, block_tables, lens, max_ctx)
-    q_pos = (lens - q_lens)[:, None] + torch.arange(max_q, device=dev)[None, :]  # [S, max_q] absolute position
-    k_pos = torch.arange(k.shape[2], device=dev)
-    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]  # [S, max_q, T] causal + in-context
-    out = _attend(qp, k, v, mask, scale)  # [S, max_q, H, d]
-    return out[seq_of, row].to(q.dtype)
+    if plan is None:
+        max_ctx = None if max_context_len is None else int(max_context_len)
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
+                           query_start_loc=query_start_loc)
+    S = plan.table.shape[0]
+    qp = q.new_zeros((S, plan.max_q) + tuple(q.shape[1:]), dtype=torch.float32)
+    qp[plan.seq_of, plan.row] = q.float()  # [S, max_q, H, d]
+    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan)
+    out = _attend(qp, k, v, plan.mask, scale)  # [S, max_q, H, d]
+    return out[plan.seq_of, plan.row].to(q.dtype)
