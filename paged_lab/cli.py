@@ -1,4 +1,4 @@
-"""Command line: ``python -m paged_lab generate "..."`` and ``python -m paged_lab bench``."""
+"""Command line: ``python -m paged_lab {kv, simulate, generate, bench}``."""
 
 from __future__ import annotations
 
@@ -59,9 +59,87 @@ def _bench(args) -> int:
     return 0
 
 
+def _kv(args) -> int:
+    from paged_lab.kv_math import GB, get_spec, human_bytes, list_specs, num_kv_blocks, plan_capacity
+
+    if args.list:
+        print("\n".join(list_specs()))
+        return 0
+    try:
+        spec = get_spec(args.model)
+    except KeyError as e:  # unknown name: the message lists the known ones
+        raise ValueError(e.args[0]) from None
+    per_token = spec.kv_bytes_per_token(args.dtype)
+    print(f"{spec.name}: {spec.num_layers} layers, {spec.num_heads} query heads, {spec.num_kv_heads} KV heads "
+          f"({spec.attention_kind}), head_dim {spec.head_dim}")
+    print(f"KV per token ({args.dtype}): 2 x {spec.num_layers} x {spec.num_kv_heads} x {spec.head_dim} x "
+          f"{per_token // (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim)} B = {per_token:,} B "
+          f"({human_bytes(per_token)}); as MHA: {human_bytes(spec.kv_bytes_per_token_mha(args.dtype))}")
+    plan = plan_capacity(spec, args.gpu_gb * GB, args.context, args.dtype)
+    blocks = num_kv_blocks(spec, plan.kv_budget_bytes, args.block_size, args.dtype) if plan.kv_budget_bytes else 0
+    print(f"{args.gpu_gb:g} GB GPU: weights {plan.weight_bytes / GB:.1f} GB, KV budget {plan.kv_budget_bytes / GB:.1f} GB "
+          f"= {plan.max_tokens:,} tokens = {blocks:,} blocks of {args.block_size} = "
+          f"{plan.max_seqs:,} sequences of {args.context:,} tokens")
+    return 0
+
+
+def _simulate(args) -> int:
+    from paged_lab.sched import workloads
+    from paged_lab.sched.contiguous import ContiguousAllocator
+    from paged_lab.sched.simulate import paged, simulate
+
+    make = {"long_tail": workloads.long_tail, "uniform": workloads.uniform, "fixed": workloads.fixed,
+            "shared_prefix": workloads.shared_prefix}[args.workload]
+    workload = make(args.requests, seed=args.seed) if args.workload != "fixed" else make(args.requests)
+    rows = []
+    for allocator_name in args.allocators.split(","):
+        if allocator_name == "paged":
+            alloc = paged(args.num_blocks, args.block_size, enable_prefix_caching=args.prefix_caching)
+        elif allocator_name == "contiguous":
+            alloc = ContiguousAllocator(args.num_blocks * args.block_size, args.max_seq_len)
+        else:
+            raise ValueError(f"--allocators: unknown allocator {allocator_name!r}; use paged and/or contiguous")
+        res = simulate(workload, alloc, {"max_num_seqs": args.max_num_seqs, "mode": args.mode,
+                                         "preemption": args.preemption})
+        rows.append((allocator_name, res.summary))
+    print(f"workload {args.workload}: {args.requests} requests (seed {args.seed}); pool "
+          f"{args.num_blocks * args.block_size:,} slots; {args.mode} batching, max_num_seqs={args.max_num_seqs}")
+    keys = ["makespan", "tokens_per_step", "mean_latency", "p95_latency", "num_preemptions", "peak_running",
+            "utilization", "num_rejected"]
+    print(f"{'allocator':<11}" + "".join(f"{k:>17}" for k in keys))
+    for name, summary in rows:
+        cells = "".join(f"{summary[k]:>17.3f}" if isinstance(summary[k], float) else f"{summary[k]:>17}"
+                        for k in keys)
+        print(f"{name:<11}{cells}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m paged_lab", description="paged-lab: paged KV-cache serving, hands on")
     sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("kv", help="KV-cache size math and capacity for a catalogue model")
+    k.add_argument("model", nargs="?", default="llama-3.2-1b", help="catalogue name (see --list)")
+    k.add_argument("--dtype", default="bfloat16", help="float32, bfloat16, float16 or fp8")
+    k.add_argument("--context", type=int, default=4096, help="tokens per sequence for the capacity line")
+    k.add_argument("--gpu-gb", type=float, default=80, help="GPU memory in GB")
+    k.add_argument("--block-size", type=int, default=16)
+    k.add_argument("--list", action="store_true", help="list the catalogue")
+    k.set_defaults(func=_kv)
+
+    s = sub.add_parser("simulate", help="run the Scheduler and allocators on a synthetic workload, no model")
+    s.add_argument("--workload", default="long_tail", choices=["long_tail", "uniform", "fixed", "shared_prefix"])
+    s.add_argument("--requests", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--allocators", default="paged,contiguous", help="comma-separated: paged, contiguous")
+    s.add_argument("--num-blocks", type=int, default=2048)
+    s.add_argument("--block-size", type=int, default=16)
+    s.add_argument("--max-seq-len", type=int, default=2048, help="the contiguous allocator's reservation")
+    s.add_argument("--max-num-seqs", type=int, default=64)
+    s.add_argument("--mode", default="continuous", choices=["continuous", "static"])
+    s.add_argument("--preemption", default="recompute", choices=["recompute", "swap"])
+    s.add_argument("--prefix-caching", action="store_true")
+    s.set_defaults(func=_simulate)
 
     g = sub.add_parser("generate", help="generate text with the paged engine")
     g.add_argument("prompt", nargs="+", help="one or more prompts (batched together)")
