@@ -105,7 +105,7 @@ def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) ->
             break
         state.last = ev
         sid, ids = ev.seq_id, ev.block_ids
-        if ev.kind == "allocate":
+        if ev.kind in ("allocate", "fork"):  # a new table: fresh or cached blocks, or the parent's shared ones
             for b in ids:
                 take(b)
             state.tables[sid] = list(ids)
@@ -122,11 +122,6 @@ def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) ->
             table[table.index(src)] = dst
             take(dst)
             release(src)
-        elif ev.kind == "fork":
-            for b in ids:
-                take(b)
-            state.tables[sid] = list(ids)
-            state.num_tokens[sid] = ev.num_tokens
         elif ev.kind == "free":
             for b in reversed(state.tables.pop(sid)):
                 release(b)
