@@ -106,6 +106,36 @@ def _load_kv_tile(
 
 
 @triton.jit
+def _attend_tile(
+    q, m, l_sum, acc,  # q [R, HEAD_DIM]; running max m [R], sum l_sum [R], acc [R, HEAD_DIM] (float32)
+    k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, keep, d, qk_scale,
+    stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE: tl.constexpr, F32: tl.constexpr,
+):
+    """One online-softmax step: load the K and V rows of positions ``pos`` [TILE] through the table
+    (masked by ``valid``), score them, keep the scores where ``keep`` (broadcast to [R, TILE]) holds,
+    and fold the tile into (m, l_sum, acc). Decode and prefill differ only in ``keep``."""
+    k = _load_kv_tile(k_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
+                      stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
+    v = _load_kv_tile(v_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
+                      stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
+    if F32:
+        k, v = k.to(tl.float32), v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = tl.where(keep, s * qk_scale, float("-inf"))  # [R, TILE]
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    alpha = tl.exp2(m - m_new)  # rescale what was accumulated under the old max
+    p = tl.exp2(s - m_new[:, None])
+    l_sum = l_sum * alpha + tl.sum(p, axis=1)
+    if F32:
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_sum, acc
+
+
+@triton.jit
 def _decode_kernel(
     out_ptr,  # unsplit: [num_seqs, num_heads, head_dim]; split: float32 [num_seqs, num_heads, num_splits, head_dim]
     lse_ptr,  # split only: float32 [num_seqs, num_heads, num_splits], log2-sum-exp of each partition
@@ -147,25 +177,9 @@ def _decode_kernel(
     for t in range(tile_start, tile_end):
         pos = t * TILE + offs  # [TILE] token positions
         valid = pos < context_len  # the last tile may run past the context: mask loads AND scores
-        k = _load_kv_tile(k_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
-                          stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
-        v = _load_kv_tile(v_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
-                          stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
-        if F32:
-            k, v = k.to(tl.float32), v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))  # [GROUP_PAD, TILE]
-        m_new = tl.maximum(m, tl.max(s, axis=1))
-        alpha = tl.exp2(m - m_new)  # rescale what was accumulated under the old max
-        p = tl.exp2(s - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        if F32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head,
+                                     pos, valid, valid[None, :], d, qk_scale,
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)  # fmt: skip
 
     out_off = seq * stride_os + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
@@ -316,26 +330,11 @@ def _prefill_kernel(
     for t in range(0, tl.cdiv(end, TILE)):
         pos = t * TILE + offs  # [TILE]
         valid = pos < end
-        k = _load_kv_tile(k_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
-                          stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
-        v = _load_kv_tile(v_cache_ptr, block_tables_ptr, seq, kv_head, pos, valid, d,
-                          stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE)  # fmt: skip
-        if F32:
-            k, v = k.to(tl.float32), v.to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
         causal = valid[None, :] & (pos[None, :] <= q_pos[:, None])  # [M, TILE]
-        s = tl.where(causal, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))  # position 0 is in the first tile, so m is finite from then on
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        if F32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m = m_new
+        # position 0 is in the first tile, so m is finite from then on
+        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head,
+                                     pos, valid, causal, d, qk_scale,
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)  # fmt: skip
 
     out = acc / tl.where(row_mask, l_sum, 1.0)[:, None]
     out_off = (q_start + qi) * stride_ot + (kv_head * GROUP + g) * stride_oh
