@@ -184,9 +184,13 @@ def get_spec(name: str) -> ModelSpec:
     return _CATALOGUE[key]
 
 
+def as_spec(model: str | ModelSpec) -> ModelSpec:
+    """A ModelSpec as is, or a catalogue name looked up."""
+    return model if isinstance(model, ModelSpec) else get_spec(model)
+
+
 def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16") -> int:
-    spec = model if isinstance(model, ModelSpec) else get_spec(model)
-    return spec.kv_bytes_per_token(dtype)
+    return as_spec(model).kv_bytes_per_token(dtype)
 
 
 def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: Any = "bfloat16") -> int:

@@ -10,6 +10,7 @@ from paged_lab.kv_math import (
     COMMON_GPU_SIZES_GB,
     GB,
     ModelSpec,
+    as_spec,
     canonical_dtype,
     get_spec,
     list_specs,
@@ -19,13 +20,9 @@ from paged_lab.kv_math import (
 KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c"}
 
 
-def _spec(model: str | ModelSpec) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else get_spec(model)
-
-
 def fig_mha_gqa_mqa(model: str | ModelSpec, dtype: str = "bfloat16") -> go.Figure:
     """Bytes per token of one model as MHA, as it really is, and as MQA."""
-    spec = _spec(model)
+    spec = as_spec(model)
     variants = [("MHA", spec.as_mha()), ("MQA", spec.as_mqa())]
     if spec.attention_kind == "GQA":
         variants.insert(1, ("GQA", spec))
@@ -82,7 +79,7 @@ def fig_kv_vs_gpu(
 ) -> go.Figure:
     """Per GPU size: the weights, the KV memory that ``num_requests`` x ``context_len`` tokens need,
     and how much room is left. A red KV bar means it does not fit."""
-    spec = _spec(model)
+    spec = as_spec(model)
     need = spec.kv_bytes(num_requests * context_len, dtype) / GB
     labels, weights, kv_fit, kv_over, free, fits = [], [], [], [], [], []
     for size in gpu_sizes_gb:
@@ -128,7 +125,7 @@ def fig_kv_vs_gpu(
 def capacity_readout(model: str | ModelSpec, dtype: str, context_len: int, num_requests: int,
                      gpu_sizes_gb: Sequence[int] = COMMON_GPU_SIZES_GB) -> str:
     """One line for the playground: KV needed, and which GPUs hold it beside the weights."""
-    spec = _spec(model)
+    spec = as_spec(model)
     need = spec.kv_bytes(num_requests * context_len, dtype)
     fits = [s for s in gpu_sizes_gb if plan_capacity(spec, s * GB, context_len, dtype).max_seqs >= num_requests]
     where = ", ".join(f"{s} GB" for s in fits) if fits else "none of these GPUs"
