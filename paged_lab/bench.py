@@ -89,6 +89,9 @@ def run_paged_lab(llm, workload) -> RunResult:
     from paged_lab.engine import SamplingParams
 
     params = [SamplingParams(temperature=0, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    # every run starts cold: prompt blocks cached by the previous repeat would be free prefill work that
+    # the baselines do not get (hits between this run's own prompts still count)
+    llm.reset_prefix_cache()
     t = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": r.prompt_token_ids} for r in workload], params, use_tqdm=False)
     seconds = time.perf_counter() - t

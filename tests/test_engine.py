@@ -166,3 +166,21 @@ def test_triton_backend_gives_the_torch_backend_tokens(smollm2, prompt_ids, hf_g
     sp = SamplingParams(temperature=0, max_tokens=3)
     outs = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids[:2]], sp, use_tqdm=False)
     assert tokens(outs) == [t[:3] for t in hf_greedy[:2]]
+
+
+def test_without_prepacked_weights_the_tokens_are_the_same(smollm2, prompt_ids, hf_greedy):
+    """cpu_prepack=False: the model's own tensors through F.linear (the RAM-saving path)."""
+    llm = make_llm(smollm2, cpu_prepack=False)
+    assert not llm.runner.prepacked
+    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
+
+
+def test_reset_prefix_cache_makes_the_next_run_cold(smollm2, prompt_ids, hf_greedy):
+    llm = make_llm(smollm2, block_size=4)
+    ids = [{"prompt_token_ids": p} for p in prompt_ids[2:4]]  # the two that share the system prompt
+    llm.generate(ids, GREEDY, use_tqdm=False)
+    warm = llm.generate(ids, GREEDY, use_tqdm=False)
+    assert all(o.num_cached_tokens > 0 for o in warm)
+    assert llm.reset_prefix_cache() > 0
+    cold = llm.generate(ids[:1], GREEDY, use_tqdm=False)
+    assert cold[0].num_cached_tokens == 0 and tokens(cold) == hf_greedy[2:3]

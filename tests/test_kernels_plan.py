@@ -3,7 +3,7 @@ attention as the self-contained call."""
 
 import torch
 
-from paged_lab.kernels import paged_attention_decode, paged_attention_prefill
+from paged_lab.kernels import paged_attention_decode, paged_attention_prefill, store_kv
 from paged_lab.kernels.synthetic import random_paged_kv
 from paged_lab.kernels.torch_paged import plan_gather
 
@@ -33,3 +33,24 @@ def test_prefill_with_a_shared_plan_equals_the_plain_call():
     fast = paged_attention_prefill(*args, backend="torch", validate=False, plan=plan)
     torch.testing.assert_close(fast, plain)
     torch.testing.assert_close(fast, paged_attention_prefill(*args, backend="reference"), atol=1e-5, rtol=1e-5)
+
+
+def test_store_through_a_plan_writes_the_same_slots_and_skips_padding():
+    """The plan's precomputed slots (one index_copy_ per cache) against the reference's masked index_put."""
+    kv = random_paged_kv([9, 4], block_size=4, num_kv_heads=2, head_dim=8, seed=5)
+    g = torch.Generator().manual_seed(6)
+    k, v = torch.randn(4, 2, 8, generator=g), torch.randn(4, 2, 8, generator=g)  # [num_tokens, kv_heads, d]
+    slot_mapping = torch.tensor([kv.block_tables[0, 2] * 4 + 1, -1, kv.block_tables[1, 0] * 4 + 3, -1])
+    want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
+    store_kv(k, v, want_k, want_v, slot_mapping, backend="reference")
+    plan = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slot_mapping)
+    assert plan.store_rows.tolist() == [0, 2]
+    got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
+    store_kv(k, v, got_k, got_v, slot_mapping, backend="torch", validate=False, plan=plan)
+    exact = dict(atol=0, rtol=0, equal_nan=True)  # the synthetic pool holds NaN in unused slots
+    torch.testing.assert_close(got_k, want_k, **exact)
+    torch.testing.assert_close(got_v, want_v, **exact)
+    b = int(kv.block_tables[1, 0])
+    assert torch.equal(got_k[b, 3], k[2]) and torch.equal(got_v[b, 3], v[2])  # written where the slot says
+    no_padding = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slot_mapping.abs())
+    assert no_padding.store_rows is None  # every token stored: no row selection at all

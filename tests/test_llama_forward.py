@@ -44,9 +44,10 @@ class PagedRun:
         return self.runner.compute_logits(hidden)
 
 
-@pytest.fixture(scope="module")
-def runner(smollm2):
-    return PagedLlama.from_hf(smollm2[0])
+@pytest.fixture(scope="module", params=[None, False], ids=["prepack-auto", "F.linear"])
+def runner(smollm2, request):
+    """Both matmul paths: oneDNN-prepacked weights (the CPU default) and the model's own tensors."""
+    return PagedLlama.from_hf(smollm2[0], prepack=request.param)
 
 
 def hf_logits(model, ids: list[int]) -> torch.Tensor:
@@ -136,3 +137,15 @@ def test_untied_head_llama3_rope_and_qkv_bias_on_a_tiny_random_model():
     ids = torch.randint(0, 97, (300,)).tolist()  # past original_max_position_embeddings
     got = PagedRun(runner, block_size=16, num_blocks=32).step([(0, ids, 0)])
     torch.testing.assert_close(got, hf_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_runner_is_shared_per_model_and_rebuilt_when_prepack_differs(smollm2):
+    model = smollm2[0]
+    auto = PagedLlama.from_hf(model)
+    assert PagedLlama.from_hf(model) is auto  # several engines over one model share one runner
+    plain = PagedLlama.from_hf(model, prepack=False)
+    assert plain is not auto and not plain.prepacked
+    assert plain.layers[0].qkv.weights[0] is not None and plain.layers[0].qkv.packed is None
+    # the model's own tensors are used as they are, never copied
+    assert plain.layers[0].qkv.weights[0].data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
+    assert plain.lm_head.weights[0].data_ptr() == model.lm_head.weight.data_ptr()

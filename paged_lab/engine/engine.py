@@ -53,13 +53,17 @@ class LLM:
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
     attention_backend: "auto" (Triton on CUDA, vectorized torch on CPU), "torch", "triton", "reference".
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
+    cpu_prepack: multiply with oneDNN-prepacked copies of the weights (``engine.linear``): about 2x
+        faster decode on CPU, at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2
+        in fp32). None -> on wherever it applies (CPU, fp32/bf16); False -> the model's own tensors.
     """
 
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
                  block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
-                 preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None):
+                 preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
+                 cpu_prepack: bool | None = None):
         if attention_backend not in kernels.BACKENDS:
             raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
         if preemption != "recompute":
@@ -85,7 +89,7 @@ class LLM:
         self.device = param.device
         self.dtype = canonical_dtype(dtype)
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
-        self.runner = PagedLlama.from_hf(hf_model)
+        self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
         self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
         self.block_size = block_size
         self.num_blocks = resolve_num_blocks(self.spec, block_size, self.dtype, num_kv_blocks, kv_cache_memory)
@@ -233,7 +237,7 @@ class LLM:
             # gather indices and masks of the torch kernel: once per step, shared by all layers
             meta.plan = kernels.torch_paged.plan_gather(
                 meta.block_tables, meta.context_lens, self.block_size,
-                query_start_loc=None if meta.is_decode else meta.query_start_loc)
+                query_start_loc=None if meta.is_decode else meta.query_start_loc, slot_mapping=meta.slot_mapping)
         ids_t = torch.tensor(input_ids, dtype=torch.long, device=dev)
         pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
         hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)
@@ -347,6 +351,12 @@ class LLM:
             outs.append(CompletionOutput(i, text, ids, reason))
         cached = self._num_cached.get(req.seqs[0].seq_id, 0)
         return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, cached)
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
+        computed from scratch. Blocks held by running sequences stay theirs. Returns how many blocks
+        were cached."""
+        return self.block_manager.reset_prefix_cache()
 
     def stats(self) -> dict:
         """KV usage, prefix-cache queries/hits (tokens), preemptions, steps and the event log."""

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from paged_lab.engine.linear import Linear, can_prepack
+
 
 @dataclass
 class AttentionMetadata:
@@ -91,21 +93,21 @@ def rope_inv_freq(config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
     return inv_freq.float().cpu(), float(scale)
 
 
-def _bias(linear) -> torch.Tensor | None:
-    return None if getattr(linear, "bias", None) is None else linear.bias.detach()
+def _linear(modules, prepack: bool, batch_hint: int | None) -> Linear:
+    """transformers nn.Linear modules (one, or several reading the same input) as one ``Linear``."""
+    modules = modules if isinstance(modules, (list, tuple)) else [modules]
+    biases = [None if getattr(m, "bias", None) is None else m.bias.detach() for m in modules]
+    return Linear([m.weight.detach() for m in modules], biases, prepack=prepack, batch_hint=batch_hint)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / rms(x) * weight, computed in fp32 (as transformers' LlamaRMSNorm)."""
+    if x.dtype == torch.float32:  # one fused op, same formula and result
+        return F.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -113,22 +115,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class LayerWeights:
+    """One decoder layer: the two norms' weights and the projections (``Linear``, biases inside)."""
+
     input_norm: torch.Tensor  # [hidden]
-    q: torch.Tensor  # [num_heads * head_dim, hidden]
-    k: torch.Tensor  # [num_kv_heads * head_dim, hidden]
-    v: torch.Tensor  # [num_kv_heads * head_dim, hidden]
-    q_bias: torch.Tensor | None
-    k_bias: torch.Tensor | None
-    v_bias: torch.Tensor | None
-    o: torch.Tensor  # [hidden, num_heads * head_dim]
-    o_bias: torch.Tensor | None
+    qkv: Linear  # q [num_heads * head_dim, hidden], k and v [num_kv_heads * head_dim, hidden]
+    o: Linear  # [hidden, num_heads * head_dim]
     post_norm: torch.Tensor  # [hidden]
-    gate: torch.Tensor  # [intermediate, hidden]
-    up: torch.Tensor  # [intermediate, hidden]
-    down: torch.Tensor  # [hidden, intermediate]
-    gate_bias: torch.Tensor | None = None
-    up_bias: torch.Tensor | None = None
-    down_bias: torch.Tensor | None = None
+    gate_up: Linear  # gate and up, each [intermediate, hidden]
+    down: Linear  # [hidden, intermediate]
 
 
 def paged_attention(backend: str = "auto"):
@@ -138,7 +132,7 @@ def paged_attention(backend: str = "auto"):
 
     def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         check = not meta.validated
-        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend, validate=check)
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend, validate=check, plan=meta.plan)
         if meta.is_decode:
             return kernels.paged_attention_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
                                                   scale, backend=backend, validate=check, plan=meta.plan)
@@ -149,23 +143,28 @@ def paged_attention(backend: str = "auto"):
     return attend
 
 
+# The decode batch oneDNN lays the prepacked weights out for (engine.linear.Linear's batch_hint).
+PREPACK_BATCH_HINT = 8
+
 _RUNNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # transformers model -> PagedLlama
 
 
 class PagedLlama:
     """Llama / SmolLM2 / Qwen2-style decoder whose attention runs over a paged KV cache.
 
-    ``PagedLlama.from_hf(model)`` copies nothing: every weight is the transformers tensor itself (fusing
-    q/k/v or gate/up would double those weights in RAM and measured no faster on CPU).
+    Every weight is the transformers tensor itself. With ``prepack`` the projections and the head also
+    keep a oneDNN-prepacked copy (``engine.linear``), which costs RAM and is much faster on CPU; fusing
+    q/k/v or gate/up into wider matmuls measured no faster on CPU, so they stay separate.
     """
 
     def __init__(self, config: Any, embed: torch.Tensor, layers: list[LayerWeights],
-                 final_norm: torch.Tensor, lm_head: torch.Tensor):
+                 final_norm: torch.Tensor, lm_head: Linear):
         self.config = config
         self.embed = embed  # [vocab, hidden]
         self.layers = layers
         self.final_norm = final_norm
-        self.lm_head = lm_head  # [vocab, hidden] (the embedding itself when tied)
+        self.lm_head = lm_head  # [vocab, hidden] (its weight is the embedding itself when tied)
+        self.prepacked = lm_head.packed is not None
         self.num_layers = len(layers)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
@@ -182,24 +181,30 @@ class PagedLlama:
         inv_freq, rope_scale = rope_inv_freq(config, self.head_dim)
         self._inv_freq = inv_freq.to(self.device)
         self._rope_scale = rope_scale
-        self._cos = self._sin = torch.empty(0, self.head_dim)
+        self._cos = self._sin_signed = torch.empty(0, self.head_dim)
         self._extend_rope(min(self.max_model_len, 4096))
 
     # -- construction --
     @classmethod
-    def from_hf(cls, model: Any) -> PagedLlama:
+    def from_hf(cls, model: Any, prepack: bool | None = None) -> PagedLlama:
         """Take the weights of a transformers Llama-family causal LM (LlamaForCausalLM and alike).
 
-        Cached per model object: several engines over one loaded model share one runner."""
+        prepack: also keep oneDNN-prepacked copies of the projections (``engine.linear``); None -> where
+        the weights allow it (CPU, fp32/bf16). Cached per model object: several engines over one loaded
+        model share one runner, rebuilt if the model's dtype or device changed or ``prepack`` differs."""
+        weight = model.get_input_embeddings().weight
+        if prepack is None:
+            prepack = can_prepack(weight)
         cached = _RUNNERS.get(model)
-        if cached is not None:
+        if (cached is not None and cached.dtype == weight.dtype and cached.device == weight.device
+                and cached.embed.data_ptr() == weight.data_ptr() and cached.prepacked == prepack):
             return cached
-        runner = cls._build(model)
+        runner = cls._build(model, prepack, PREPACK_BATCH_HINT)
         _RUNNERS[model] = runner
         return runner
 
     @classmethod
-    def _build(cls, model: Any) -> PagedLlama:
+    def _build(cls, model: Any, prepack: bool, batch_hint: int | None) -> PagedLlama:
         config = model.config
         core = model.model
         layers = []
@@ -207,15 +212,14 @@ class PagedLlama:
             a, m = layer.self_attn, layer.mlp
             layers.append(LayerWeights(
                 input_norm=layer.input_layernorm.weight.detach(),
-                q=a.q_proj.weight.detach(), k=a.k_proj.weight.detach(), v=a.v_proj.weight.detach(),
-                q_bias=_bias(a.q_proj), k_bias=_bias(a.k_proj), v_bias=_bias(a.v_proj),
-                o=a.o_proj.weight.detach(), o_bias=_bias(a.o_proj),
+                qkv=_linear([a.q_proj, a.k_proj, a.v_proj], prepack, batch_hint),
+                o=_linear(a.o_proj, prepack, batch_hint),
                 post_norm=layer.post_attention_layernorm.weight.detach(),
-                gate=m.gate_proj.weight.detach(), up=m.up_proj.weight.detach(), down=m.down_proj.weight.detach(),
-                gate_bias=_bias(m.gate_proj), up_bias=_bias(m.up_proj), down_bias=_bias(m.down_proj),
+                gate_up=_linear([m.gate_proj, m.up_proj], prepack, batch_hint),
+                down=_linear(m.down_proj, prepack, batch_hint),
             ))
         return cls(config, core.embed_tokens.weight.detach(), layers, core.norm.weight.detach(),
-                   model.lm_head.weight.detach())
+                   _linear(model.lm_head, prepack, batch_hint))
 
     def _extend_rope(self, length: int) -> None:
         """cos/sin tables [length, head_dim] for positions 0..length-1 (grown on demand)."""
@@ -223,7 +227,11 @@ class PagedLlama:
         freqs = pos[:, None] * self._inv_freq[None, :]  # [length, head_dim // 2]
         emb = torch.cat((freqs, freqs), dim=-1)
         self._cos = (emb.cos() * self._rope_scale).to(self.dtype)
-        self._sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        # RoPE is x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1). That equals
+        # x.roll(half) * sin_signed with sin's first half negated (exactly: only signs move), 2 ops fewer.
+        half = sin.shape[-1] // 2
+        self._sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     # -- forward --
     @torch.inference_mode()
@@ -241,26 +249,28 @@ class PagedLlama:
         if int(positions.max()) >= self._cos.shape[0]:
             self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
         cos = self._cos[positions].unsqueeze(1)  # [num_tokens, 1, head_dim]
-        sin = self._sin[positions].unsqueeze(1)
+        sin = self._sin_signed[positions].unsqueeze(1)  # [num_tokens, 1, head_dim], see _extend_rope
         nq, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q_size = nq * hd
         x = self.embed[input_ids]  # [num_tokens, hidden]
         for i, w in enumerate(self.layers):
             h = rms_norm(x, w.input_norm, self.eps)
-            q = F.linear(h, w.q, w.q_bias).view(-1, nq, hd)  # [num_tokens, num_heads, head_dim]
-            k = F.linear(h, w.k, w.k_bias).view(-1, nkv, hd)  # [num_tokens, num_kv_heads, head_dim]
-            v = F.linear(h, w.v, w.v_bias).view(-1, nkv, hd)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k, v = w.qkv.parts(h)
+            q = q.view(-1, nq, hd)  # [num_tokens, num_heads, head_dim]
+            k = k.view(-1, nkv, hd)  # [num_tokens, num_kv_heads, head_dim]
+            v = v.view(-1, nkv, hd)
+            q = q * cos + q.roll(hd // 2, -1) * sin  # RoPE: q * cos + rotate_half(q) * sin
+            k = k * cos + k.roll(hd // 2, -1) * sin
             k_cache, v_cache = kv_caches[i]
             o = attention(q, k, v, k_cache, v_cache, meta if i == 0 else checked, self.scale)  # [num_tokens, nq, hd]
-            x = x + F.linear(o.reshape(-1, q_size), w.o, w.o_bias)
+            x = x + w.o(o.reshape(-1, q_size))
             h = rms_norm(x, w.post_norm, self.eps)
-            mlp = F.silu(F.linear(h, w.gate, w.gate_bias)) * F.linear(h, w.up, w.up_bias)  # [num_tokens, inter]
-            x = x + F.linear(mlp, w.down, w.down_bias)
+            gate, up = w.gate_up.parts(h)  # each [num_tokens, inter]
+            mlp = F.silu(gate) * up
+            x = x + w.down(mlp)
         return rms_norm(x, self.final_norm, self.eps)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, hidden] -> fp32 logits [n, vocab]; only the rows that will be sampled are passed in."""
-        return F.linear(hidden, self.lm_head).float()
+        return self.lm_head(hidden).float()

@@ -175,7 +175,8 @@ def _run_triton(auto: bool, run_triton, run_torch):
 
 
 # ------------------------------------------------------------------------------------------- API
-def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True) -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True,
+             plan=None) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
@@ -187,7 +188,10 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", valida
     which = resolve_backend(backend, k_cache, v_cache)
     if k.shape[0] == 0:
         return
-    run_torch = lambda: reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
+    if which == "torch":
+        run_torch = lambda: torch_paged.store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan)
+    else:
+        run_torch = lambda: reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
     if which == "triton":
         run_triton = lambda: _triton(k_cache).store_kv(k, v, k_cache, v_cache, slot_mapping)
         _run_triton(backend == "auto", run_triton, run_torch)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paged_lab.kernels.reference import store_kv  # noqa: F401  (already one vectorized index_put)
+from paged_lab.kernels import reference
 
 
 @dataclass
@@ -28,7 +28,8 @@ class GatherPlan:
     unused: long ``[n]``, flat ``[S * T]`` rows past each context (zeroed after the gather);
     decode_mask: bool ``[S, 1, 1, T]`` (broadcasts over heads); for prefill also seq_of / row
     (``[num_tokens]``: owning sequence, index within its query), max_q and the causal mask
-    ``[S, max_q, T]``.
+    ``[S, max_q, T]``. Given the batch's slot_mapping, also store_slots (long ``[n]``, the slots
+    that are not padding) and store_rows (the tokens they belong to; None when every token is stored).
     """
 
     table: torch.Tensor
@@ -39,11 +40,14 @@ class GatherPlan:
     row: torch.Tensor | None = None
     max_q: int = 1
     mask: torch.Tensor | None = None
+    store_slots: torch.Tensor | None = None
+    store_rows: torch.Tensor | None = None
 
 
 def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
-                query_start_loc=None) -> GatherPlan:
-    """Build the :class:`GatherPlan` of a batch; ``query_start_loc`` (prefill) adds the causal mask."""
+                query_start_loc=None, slot_mapping=None) -> GatherPlan:
+    """Build the :class:`GatherPlan` of a batch; ``query_start_loc`` (prefill) adds the causal mask,
+    ``slot_mapping`` the indices :func:`store_kv` writes through."""
     dev = block_tables.device
     lens = context_lens.to(device=dev, dtype=torch.long)
     max_ctx = int(lens.max()) if max_ctx is None else int(max_ctx)
@@ -55,6 +59,14 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
     valid = pos[None, :] < lens[:, None]  # [S, T]
     unused = (~valid).flatten().nonzero().squeeze(1)  # few: partial last blocks, padding
     plan = GatherPlan(table, valid, unused, valid[:, None, None, :])
+    if slot_mapping is not None:
+        slots = slot_mapping.to(device=dev, dtype=torch.long)
+        keep = slots >= 0  # negative = padding, not stored
+        if bool(keep.all()):
+            plan.store_slots = slots
+        else:
+            plan.store_rows = keep.nonzero().squeeze(1)
+            plan.store_slots = slots[plan.store_rows]
     if query_start_loc is not None:
         qsl = query_start_loc.to(device=dev, dtype=torch.long)
         q_lens = qsl[1:] - qsl[:-1]  # [S]
@@ -65,6 +77,19 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
         q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]  # [S, max_q] absolute
         plan.mask = (pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]  # [S, max_q, T] causal + in-context
     return plan
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping, plan: GatherPlan | None = None) -> None:
+    """:func:`paged_lab.kernels.reference.store_kv`, as one ``index_copy_`` per cache when ``plan``
+    carries the batch's store indices (no per-layer masking and slot -> (block, offset) split)."""
+    if plan is None or plan.store_slots is None or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
+        return
+    if plan.store_rows is not None:
+        k, v = k[plan.store_rows], v[plan.store_rows]
+    # [num_blocks, block_size, kvh, d] viewed as [num_slots, kvh, d]: slot s is row s
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, plan.store_slots, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, plan.store_slots, v.to(v_cache.dtype))
 
 
 def gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx: int, plan: GatherPlan | None = None):
