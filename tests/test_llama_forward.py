@@ -149,3 +149,19 @@ def test_runner_is_shared_per_model_and_rebuilt_when_prepack_differs(smollm2):
     # the model's own tensors are used as they are, never copied
     assert plain.layers[0].qkv.weights[0].data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
     assert plain.lm_head.weights[0].data_ptr() == model.lm_head.weight.data_ptr()
+
+
+def test_runner_follows_a_dtype_change_of_the_model():
+    """A model moved to another dtype after its first engine gets a new runner (the cached one would hold
+    stale tensors)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    model = LlamaForCausalLM(cfg).eval()
+    first = PagedLlama.from_hf(model)
+    assert first.dtype == torch.float32 and PagedLlama.from_hf(model) is first
+    model.to(torch.bfloat16)
+    second = PagedLlama.from_hf(model)
+    assert second is not first and second.dtype == torch.bfloat16
+    assert second.layers[0].qkv.weights[0].dtype == torch.bfloat16
