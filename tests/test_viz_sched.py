@@ -90,3 +90,16 @@ def test_readouts_change_with_every_slider():
     assert "1,024 token slots" in V.batching_readout(None, **b)
     for key in b:
         assert V.batching_readout(None, **dict(b, **{key: b[key] * 2})) != V.batching_readout(None, **b), key
+
+
+def test_playground_titles_fit_the_700px_widget():
+    """One line of title holds about 80 characters at 700 px; a subplot title shares the width with its
+    neighbour (about 45 each). Longer lines were clipped or overlapped in the notebooks."""
+    from paged_lab.viz.blocks import fig_prefix_sharing
+    from paged_lab.viz.sched import batching_playground, locker_playground
+
+    for fig in (locker_playground(), locker_playground(A=30, B=30, C=30, step=2), batching_playground(),
+                fig_prefix_sharing()):
+        assert all(len(line) <= 80 for line in fig.layout.title.text.split("<br>")), fig.layout.title.text
+        for note in fig.layout.annotations:
+            assert all(len(line) <= 45 for line in note.text.split("<br>")), note.text

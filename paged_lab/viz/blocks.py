@@ -213,9 +213,9 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
                            text=[f"{u} blocks" for u in used], textposition="outside"))
     saved = 1 - used[1] / used[0]
     fig.update_layout(
-        title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}: "
-              f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",
-        yaxis_title="physical blocks in use", height=360, margin=dict(t=70, b=40),
+        title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
+              f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
+        yaxis_title="physical blocks in use", height=380, margin=dict(t=90, b=40),
         yaxis=dict(range=[0, max(used) * 1.2 + 1]))
     return fig
 

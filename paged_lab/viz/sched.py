@@ -188,10 +188,11 @@ def locker_playground(A: int = 9, B: int = 6, C: int = 12, D: int = 8, E: int = 
     def label(r: SimResult, who: str) -> str:
         rej = f", {len(r.rejected)} turned away" if r.rejected else ""
         if step >= r.makespan:
-            return f"{who}: everyone left after round {r.makespan}{rej}"
+            return f"{who}<br>everyone left after round {r.makespan}{rej}"
         t = r.timeline
-        return (f"{who}: {t['running'][step]} inside, {t['waiting'][step]} waiting{rej}<br>"
-                f"{t['used_slots'][step]} slots hold luggage of {t['reserved_slots'][step]} handed out")
+        # three short lines: two panels share a 700 px widget, one long line per panel would overlap
+        return (f"{who}<br>{t['running'][step]} inside, {t['waiting'][step]} waiting{rej}<br>"
+                f"{t['used_slots'][step]} of {t['reserved_slots'][step]} handed-out slots hold luggage")
 
     def lockers(r: SimResult):
         return r.slot_map_at(step) if step < r.makespan else [(None, False)] * r.num_slots
@@ -231,10 +232,10 @@ def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: in
                                  legendgroup=mode), row=2, col=1)
     s, c = runs["static"].summary, runs["continuous"].summary
     rej = f", {s['num_rejected']} rejected (too large for the pool)" if s["num_rejected"] else ""
-    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, pool {num_blocks} x {block_size} slots: "
+    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, pool {num_blocks} x {block_size} slots<br>"
                              f"static {s['makespan']} vs continuous {c['makespan']} steps; preemptions "
                              f"{s['num_preemptions']} / {c['num_preemptions']}{rej}"),
-                      height=520, margin=dict(t=70, b=40))
+                      height=560, margin=dict(t=115, b=40))  # two title lines: one would be clipped at 700 px
     fig.update_yaxes(range=[0, 105], row=2, col=1)
     fig.update_xaxes(title_text="step", row=2, col=1)
     return fig
