@@ -57,6 +57,7 @@ class BenchReport:
     batch_size: int
     threads: int
     runs: dict[str, list[RunResult]] = field(default_factory=dict)
+    paged_lab_weights: str = ""  # how paged_lab multiplies: "oneDNN-prepacked" or "model tensors (F.linear)"
 
     def median_tokens_per_s(self, method: str) -> float:
         return statistics.median(r.tokens_per_s for r in self.runs[method])
@@ -173,6 +174,8 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     num_kv_blocks = 2 * batch_size * -(-longest // 16)
     llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16,
               num_kv_blocks=num_kv_blocks) if "paged_lab" in methods else None
+    if llm is not None:
+        report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
     warm = workload[:2]
     runners = {
         "paged_lab": lambda w: run_paged_lab(llm, w),
@@ -202,7 +205,8 @@ def format_report(report: BenchReport) -> str:
         f"{max(len(r.prompt_token_ids) for r in w)} tokens, outputs {lens[0]}-{lens[-1]} tokens "
         f"(median {statistics.median(lens):g}), {sum(lens)} output tokens in all",
         f"batch size {report.batch_size}, torch threads {report.threads}, runs per method "
-        f"{len(next(iter(report.runs.values())))}",
+        f"{len(next(iter(report.runs.values())))}" + (f"; paged_lab weights: {report.paged_lab_weights}"
+                                                       if report.paged_lab_weights else ""),
         f"{'method':<20}{'median tok/s':>14}{'median s':>10}   runs (tok/s)",
     ]
     for m, runs in report.runs.items():

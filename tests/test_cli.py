@@ -43,3 +43,19 @@ def test_final_block_tables_come_from_the_free_events():
 def test_bench_arguments_parse():
     args = build_parser().parse_args(["bench", "--repeats", "3", "--batch-size", "4", "--methods", "paged_lab"])
     assert (args.repeats, args.batch_size, args.methods, args.requests) == (3, 4, "paged_lab", 32)
+
+
+@pytest.mark.slow
+def test_a_small_bench_reports_tokens_per_second_and_ratios(smollm2):
+    """The bench's own checks run (every method makes exactly the useful tokens); the report says how
+    paged_lab multiplied and gives the ratio against each baseline it ran."""
+    import torch
+
+    from paged_lab.bench import format_report, run_bench
+
+    report = run_bench(repeats=1, batch_size=2, threads=torch.get_num_threads(), num_requests=4, num_long=1,
+                       long_tokens=6, methods=("paged_lab", "hf_static"), progress=False, loaded=smollm2)
+    text = format_report(report)
+    assert "paged_lab weights: " in text and "paged_lab / hf_static: " in text
+    assert sum(r.max_tokens for r in report.workload) == report.runs["paged_lab"][0].output_tokens
+    assert report.median_tokens_per_s("paged_lab") > 0 and report.median_tokens_per_s("hf_static") > 0
