@@ -53,8 +53,8 @@ class LLM:
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
     attention_backend: "auto" (Triton on CUDA, vectorized torch on CPU), "torch", "triton", "reference".
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
-    cpu_prepack: multiply with oneDNN-prepacked copies of the weights (``engine.linear``): about 2x
-        faster decode on CPU, at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2
+    cpu_prepack: multiply with oneDNN-prepacked copies of the weights (``engine.linear``): about 1.5x
+        faster decode steps on CPU (99.8 -> 67.6 ms at batch 8 on the development machine), at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2
         in fp32). None -> on wherever it applies (CPU, fp32/bf16); False -> the model's own tensors.
     """
 

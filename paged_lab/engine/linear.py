@@ -4,8 +4,8 @@ A decode step multiplies a few rows (one per running sequence) by every weight o
 CPU its cost is set by how well the GEMM handles a tiny M. torch's default CPU GEMM for fp32 is MKL's
 ``sgemm``, which repacks the weight on every call and, on AMD CPUs, takes a slower code path. oneDNN
 (bundled with torch as ``mkldnn``) can reorder a weight once into its blocked layout and reuse it: on
-the development machine (AMD EPYC, AVX-512, 1 thread) that is 1.5-1.8x faster for the MLP and
-attention projections at M = 4-8 and 2.4-2.8x for SmolLM2's 49152 x 576 head
+the development machine (AMD EPYC, AVX-512, 1 thread) that is 1.5-1.75x faster for the MLP and
+attention projections at M = 4-8 and 2.5-2.9x for SmolLM2's 49152 x 576 head
 (``benchmarks/linear_bench.py``). The same trick is what vLLM's CPU backend does.
 
 Prepacking costs a second copy of every weight (the transformers model keeps its own), so it is a
@@ -34,8 +34,8 @@ class Linear:
     transformers tensors themselves, never copied or changed. ``prepack=True`` also keeps one
     oneDNN-reordered copy of them all, stacked (one wide matmul instead of several narrow ones:
     the copy is made anyway, so stacking costs no extra RAM). ``batch_hint``: the M that oneDNN picks
-    its layout for (any M works; decode batches of 4-8 rows ran 10-15 % faster packed for M = 8
-    than with no hint).
+    its layout for (any M works; packed for M = 8, 30 layers' projections at 4-8 rows ran 15-19 % faster
+    than with no hint in a microbenchmark, though a whole decode step showed no difference beyond noise).
     """
 
     __slots__ = ("weights", "biases", "sizes", "packed", "packed_bias")

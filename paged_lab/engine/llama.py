@@ -153,8 +153,9 @@ class PagedLlama:
     """Llama / SmolLM2 / Qwen2-style decoder whose attention runs over a paged KV cache.
 
     Every weight is the transformers tensor itself. With ``prepack`` the projections and the head also
-    keep a oneDNN-prepacked copy (``engine.linear``), which costs RAM and is much faster on CPU; fusing
-    q/k/v or gate/up into wider matmuls measured no faster on CPU, so they stay separate.
+    keep a oneDNN-prepacked copy (``engine.linear``), which costs RAM and is much faster on CPU; that
+    copy stacks q/k/v and gate/up into one matmul each. Without it they stay separate ``F.linear`` calls
+    (stacking would mean a second copy of those weights, and with MKL it measured no faster).
     """
 
     def __init__(self, config: Any, embed: torch.Tensor, layers: list[LayerWeights],
