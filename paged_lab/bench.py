@@ -154,8 +154,11 @@ def run_hf_generate_batch(model, workload, batch_size: int) -> RunResult:
 
 def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: int = 8, threads: int | None = None,
               methods: tuple[str, ...] = METHODS, num_requests: int = 32, num_long: int = 4,
-              long_tokens: int = 128, progress: bool = True, loaded=None) -> BenchReport:
-    """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike)."""
+              long_tokens: int = 128, progress: bool = True, loaded=None, enforce_eager: bool = True) -> BenchReport:
+    """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike).
+
+    enforce_eager=False: paged_lab compiles its decode steps first (``LLM(enforce_eager=False)``); the
+    compile time is start-up, outside the timed runs, as vLLM's is."""
     from tqdm.auto import tqdm
 
     from paged_lab.engine import LLM
@@ -172,10 +175,13 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     # KV pool: room for batch_size of the largest requests, twice over (no preemption; little RAM)
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
     num_kv_blocks = 2 * batch_size * -(-longest // 16)
-    llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16,
-              num_kv_blocks=num_kv_blocks) if "paged_lab" in methods else None
+    llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
+              enforce_eager=enforce_eager, compile_progress=progress) if "paged_lab" in methods else None
     if llm is not None:
         report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
+        if llm.compiled is not None:
+            report.paged_lab_weights += (f"; decode batches of <= {llm.compiled.capture_sizes[-1]} compiled "
+                                         f"(sizes {', '.join(map(str, llm.compiled.capture_sizes))})")
     warm = workload[:2]
     runners = {
         "paged_lab": lambda w: run_paged_lab(llm, w),

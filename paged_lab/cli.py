@@ -54,7 +54,7 @@ def _bench(args) -> int:
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
     report = run_bench(args.model, repeats=args.repeats, batch_size=args.batch_size, threads=args.threads,
                        methods=methods, num_requests=args.requests, num_long=args.long,
-                       long_tokens=args.long_tokens, progress=not args.quiet)
+                       long_tokens=args.long_tokens, progress=not args.quiet, enforce_eager=not args.compile)
     print(format_report(report))
     return 0
 
@@ -170,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--long", type=int, default=4, help="requests with long outputs")
     b.add_argument("--long-tokens", type=int, default=128)
     b.add_argument("--methods", default=None, help="comma-separated subset of paged_lab,hf_static,hf_generate_batch")
+    b.add_argument("--compile", action="store_true",
+                   help="paged_lab compiles its decode steps (LLM(enforce_eager=False)); adds minutes of start-up")
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=_bench)
     return p

@@ -184,3 +184,16 @@ def test_reset_prefix_cache_makes_the_next_run_cold(smollm2, prompt_ids, hf_gree
     assert llm.reset_prefix_cache() > 0
     cold = llm.generate(ids[:1], GREEDY, use_tqdm=False)
     assert cold[0].num_cached_tokens == 0 and tokens(cold) == hf_greedy[2:3]
+
+
+def test_compiled_decode_steps_give_the_eager_tokens(smollm2, prompt_ids, hf_greedy):
+    """enforce_eager=False with one captured size, 2: decode batches of 2 run the compiled graph, a
+    batch of 1 is padded to 2, larger batches and prefills stay eager; the tokens stay HF's."""
+    llm = make_llm(smollm2, enforce_eager=False, compile_sizes=(2,), compile_progress=False)
+    max_tokens = [6, 2, 3, 5, 1]  # requests finish one by one, so the decode batch shrinks 4 -> 3 -> 2 -> 1
+    params = [SamplingParams(temperature=0, max_tokens=m) for m in max_tokens]
+    outs = llm.generate(PROMPTS, params, use_tqdm=False)
+    assert tokens(outs) == [hf[:m] for hf, m in zip(hf_greedy, max_tokens)]
+    assert llm.compiled.num_calls[2] >= 2  # the graph ran, padded or not
+    # and on the same engine, batched the other way round
+    assert tokens(llm.generate(PROMPTS[::-1], GREEDY, use_tqdm=False)) == hf_greedy[::-1]

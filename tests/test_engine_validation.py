@@ -1,6 +1,7 @@
 """Bad requests: ValueError naming the field, raised before any work starts (one bad request loses no others)."""
 
 import pytest
+import torch
 
 from paged_lab.engine import LLM, SamplingParams
 
@@ -63,8 +64,27 @@ def test_engine_arguments_are_checked(smollm2):
     model, tok, _ = smollm2
     for kw, field in [({"attention_backend": "cuda"}, "attention_backend"), ({"preemption": "swap"}, "preemption"),
                       ({"block_size": 0}, "block_size"), ({"num_kv_blocks": 0}, "num_kv_blocks"),
-                      ({"kv_cache_memory": 1000}, "kv_cache_memory"), ({"dtype": "bfloat16"}, "dtype")]:
+                      ({"kv_cache_memory": 1000}, "kv_cache_memory"), ({"dtype": "bfloat16"}, "dtype"),
+                      ({"compile_sizes": (2, 0)}, "compile_sizes"), ({"compile_sizes": ()}, "compile_sizes")]:
         with pytest.raises(ValueError, match=field):
             LLM(model, tokenizer=tok, **kw)
     with pytest.raises(ValueError, match="tokenizer"):
         LLM(model)
+
+
+def _tiny_llama(dtype=torch.float32, bias=False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                      attention_bias=bias, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval().to(dtype)
+
+
+def test_compiled_decode_is_refused_where_it_was_not_built_for(smollm2):
+    tok = smollm2[1]
+    with pytest.raises(ValueError, match="enforce_eager=False compiles decode steps for CPU float32 only"):
+        LLM(_tiny_llama(torch.bfloat16), tokenizer=tok, dtype="bfloat16", enforce_eager=False, num_kv_blocks=4)
+    with pytest.raises(ValueError, match="without biases"):
+        LLM(_tiny_llama(bias=True), tokenizer=tok, enforce_eager=False, num_kv_blocks=4)

@@ -54,3 +54,72 @@ def test_store_through_a_plan_writes_the_same_slots_and_skips_padding():
     assert torch.equal(got_k[b, 3], k[2]) and torch.equal(got_v[b, 3], v[2])  # written where the slot says
     no_padding = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slot_mapping.abs())
     assert no_padding.store_rows is None  # every token stored: no row selection at all
+
+
+def test_store_and_decode_on_one_layer_tensor_equals_store_then_decode():
+    """The compiled decode step's fused path: K and V of a layer as the halves of one [2, ...] tensor,
+    stored, gathered and zeroed with one op each; the NaN-filled unused slots must not leak in."""
+    from paged_lab.kernels.torch_paged import store_and_decode
+
+    kv = random_paged_kv([3, 9, 16, 30], block_size=4, num_kv_heads=3, head_dim=64, seed=7)
+    g = torch.Generator().manual_seed(8)
+    S = kv.block_tables.shape[0]
+    q = torch.randn(S, 9, 64, generator=g)  # [num_seqs, heads, d]
+    k, v = torch.randn(S, 3, 64, generator=g), torch.randn(S, 3, 64, generator=g)  # [num_seqs, kv_heads, d]
+    last = kv.context_lens.long() - 1  # each sequence's new token is its last position
+    slots = kv.block_tables.long().gather(1, (last // 4)[:, None]).squeeze(1) * 4 + last % 4
+    want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
+    store_kv(k, v, want_k, want_v, slots, backend="reference")
+    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125, backend="reference")
+    layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
+    plan = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slots)
+    got = store_and_decode(q, k, v, layer, plan, 0.125)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(layer[0], want_k, **exact)
+    torch.testing.assert_close(layer[1], want_v, **exact)
+
+
+def test_a_mixed_step_split_into_decodes_and_prefills_attends_as_one_batch():
+    """AttentionMetadata.split: two one-token queries (decodes) and a 6-token prefill chunk, attended
+    apart (decode kernel + prefill kernel) and together (the prefill kernel pads every query to 6)."""
+    from paged_lab.engine.llama import AttentionMetadata, paged_attention
+
+    lens = [11, 5, 14]
+    kv = random_paged_kv(lens, block_size=4, num_kv_heads=3, head_dim=64, seed=9)
+    g = torch.Generator().manual_seed(10)
+    q_lens = [1, 1, 6]
+    n = sum(q_lens)
+    q = torch.randn(n, 9, 64, generator=g)  # [num_tokens, heads, d]
+    k, v = torch.randn(n, 3, 64, generator=g), torch.randn(n, 3, 64, generator=g)
+    tables = kv.block_tables.long()
+    pos = torch.cat([torch.arange(c - ql, c) for c, ql in zip(lens, q_lens)])  # each query token's position
+    seq = torch.repeat_interleave(torch.arange(3), torch.tensor(q_lens))
+    slots = tables[seq, pos // 4] * 4 + pos % 4
+
+    def meta(rows, seqs, qsl):
+        m = AttentionMetadata(slots[rows], kv.block_tables[seqs], kv.context_lens[seqs],
+                              torch.tensor(qsl, dtype=torch.int32), is_decode=len(rows) == len(seqs))
+        m.plan = plan_gather(m.block_tables, m.context_lens, 4, slot_mapping=m.slot_mapping,
+                             query_start_loc=None if m.is_decode else m.query_start_loc)
+        return m
+
+    whole = meta(list(range(n)), [0, 1, 2], [0, 1, 2, n])
+    split = meta(list(range(n)), [0, 1, 2], [0, 1, 2, n])
+    split.plan = None
+    split.split = (meta([0, 1], [0, 1], [0, 1, 2]), meta(list(range(2, n)), [2], [0, 6]))
+    outs = []
+    for m in (whole, split):
+        k_cache, v_cache = kv.k_cache.clone(), kv.v_cache.clone()
+        outs.append((paged_attention("torch")(q, k, v, k_cache, v_cache, m, 0.125), k_cache, v_cache))
+    ref_k, ref_v = kv.k_cache.clone(), kv.v_cache.clone()
+    ref = paged_attention("reference")(q, k, v, ref_k, ref_v, whole, 0.125)
+    (a, ak, av), (b, bk, bv) = outs
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b, ref, atol=1e-5, rtol=1e-5)
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(bk, ak, **exact)
+    torch.testing.assert_close(bv, av, **exact)
+    checked = split.checked()
+    assert checked.validated and all(part.validated for part in checked.split)

@@ -53,6 +53,13 @@ class LLM:
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
     attention_backend: "auto" (Triton on CUDA, vectorized torch on CPU), "torch", "triton", "reference".
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
+    enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
+        ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
+        ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
+        next one, larger batches and prefills stay eager). CPU float32 only. Compiling takes about a
+        minute per size on a laptop CPU, once per engine (``compile_progress`` shows a bar), and holds
+        another packed copy of the weights; it pays off in long runs (``benchmarks/engine_bench.py``).
+        vLLM compiles by default; paged_lab does not, because notebooks and tests must start fast.
     cpu_prepack: multiply with oneDNN-prepacked copies of the weights (``engine.linear``): about 1.5x
         faster decode steps on CPU (99.8 -> 67.6 ms at batch 8 on the development machine), at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2
         in fp32). None -> on wherever it applies (CPU, fp32/bf16); False -> the model's own tensors.
@@ -63,7 +70,8 @@ class LLM:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
-                 cpu_prepack: bool | None = None):
+                 cpu_prepack: bool | None = None, enforce_eager: bool = True,
+                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         if attention_backend not in kernels.BACKENDS:
             raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
         if preemption != "recompute":
@@ -71,6 +79,9 @@ class LLM:
                              f"got {preemption!r}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        if compile_sizes is not None and (
+                not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
+            raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
         if isinstance(model, str):
             from paged_lab.models import load_model
 
@@ -89,6 +100,9 @@ class LLM:
         self.device = param.device
         self.dtype = canonical_dtype(dtype)
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
+        if not enforce_eager and (self.device.type != "cpu" or self.dtype != "float32"):
+            raise ValueError(f"enforce_eager=False compiles decode steps for CPU float32 only; this model is "
+                             f"{self.dtype} on {self.device} (use enforce_eager=True)")
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
         self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
         self.block_size = block_size
@@ -105,6 +119,9 @@ class LLM:
         self._generators: dict[Any, torch.Generator | None] = {}
         self._num_cached: dict[Any, int] = {}  # seq_id -> prompt tokens found in the prefix cache
         self._next_request = 0
+        self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
+        if not enforce_eager:
+            self.compiled = self._compile(hf_model, compile_sizes, progress=compile_progress)
         self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
         self._peak_usage = 0.0
 
@@ -205,10 +222,11 @@ class LLM:
         t0 = time.perf_counter()
         out = self.scheduler.schedule()
         self.kv.copy_blocks(list(out.cow_copies))
-        scheduled = list(out.scheduled)
-        if not scheduled:
+        if not out.scheduled:
             self._record(out, 0, t0)
             return self.scheduler.update(out, [])
+        # one-token queries (decodes) first: a mixed step can then attend them apart (AttentionMetadata.split)
+        scheduled = sorted(out.scheduled, key=lambda s: s.end - s.start > 1)
         input_ids, positions, slots, tables, ctx_lens, qsl, sample_rows, sample_seqs = [], [], [], [], [], [0], [], []
         bm = self.block_manager
         for s in scheduled:
@@ -224,33 +242,64 @@ class LLM:
             if s.samples:  # every known token computed -> sample the next one
                 sample_rows.append(qsl[-1] - 1)
                 sample_seqs.append(seq)
-        width = max(len(t) for t in tables)
         dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device=dev),
-            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
-            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),
-            is_decode=qsl[-1] == len(scheduled),
-        )
-        if kernels.resolve_backend(self.attention_backend, *self.kv.layers[0]) == "torch":
-            # gather indices and masks of the torch kernel: once per step, shared by all layers
-            meta.plan = kernels.torch_paged.plan_gather(
-                meta.block_tables, meta.context_lens, self.block_size,
-                query_start_loc=None if meta.is_decode else meta.query_start_loc, slot_mapping=meta.slot_mapping)
+        torch_plan = kernels.resolve_backend(self.attention_backend, *self.kv.layers[0]) == "torch"
+        n_decode = next((i for i, s in enumerate(scheduled) if s.end - s.start > 1), len(scheduled))
+        split = torch_plan and 0 < n_decode < len(scheduled)
+        meta = self._metadata(slots, tables, ctx_lens, qsl, torch_plan and not split)
+        if split:
+            meta.split = (self._metadata(slots[:n_decode], tables[:n_decode], ctx_lens[:n_decode],
+                                         qsl[:n_decode + 1], True),
+                          self._metadata(slots[n_decode:], tables[n_decode:], ctx_lens[n_decode:],
+                                         [q - n_decode for q in qsl[n_decode:]], True))
         ids_t = torch.tensor(input_ids, dtype=torch.long, device=dev)
         pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)
         sampled: list[int] = []
-        if sample_rows:
-            logits = self.runner.compute_logits(hidden[torch.tensor(sample_rows, device=dev)])  # [n, vocab]
-            sampled = self._sample(logits, sample_seqs)
+        if self.compiled is not None and meta.is_decode and self.compiled.bucket(len(scheduled)):
+            # every row is sampled in a decode step: the compiled graph ends in the logits
+            plan = meta.plan
+            fused = plan is not None and plan.store_slots is not None and plan.store_rows is None
+            logits = self.compiled(ids_t, pos_t, self.kv.layers, meta, self._attend,
+                                   kv_data=self.kv.data if fused else None)  # [n, vocab]
+            if sample_rows:
+                sampled = self._sample(logits[sample_rows], sample_seqs)
+        else:
+            hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)
+            if sample_rows:
+                logits = self.runner.compute_logits(hidden[torch.tensor(sample_rows, device=dev)])  # [n, vocab]
+                sampled = self._sample(logits, sample_seqs)
+        if len(sample_seqs) > 1:  # back to the scheduler's order
+            token_of = {seq.seq_id: t for seq, t in zip(sample_seqs, sampled)}
+            sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
         finished = list(self.scheduler.update(out, sampled))
         if sample_seqs:
             finished += self._fork_children(logits, sample_seqs)
         finished += self._engine_stops([s for s in self._live(sample_seqs)])
         self._record(out, qsl[-1], t0)
         return finished
+
+    def _metadata(self, slots, tables, ctx_lens, qsl, torch_plan: bool) -> AttentionMetadata:
+        """The attention tensors of a batch; ``torch_plan`` adds the torch kernels' gather plan."""
+        dev, width = self.device, max(len(t) for t in tables)
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device=dev),
+            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),
+            is_decode=qsl[-1] == len(tables),
+        )
+        if torch_plan:  # gather indices and masks of the torch kernel: once per step, shared by all layers
+            meta.plan = kernels.torch_paged.plan_gather(
+                meta.block_tables, meta.context_lens, self.block_size,
+                query_start_loc=None if meta.is_decode else meta.query_start_loc, slot_mapping=meta.slot_mapping)
+        return meta
+
+    def _compile(self, hf_model, sizes, progress: bool):
+        from paged_lab.engine.compiled import DEFAULT_CAPTURE_SIZES, CompiledDecoder
+
+        compiled = CompiledDecoder(hf_model, self.runner, DEFAULT_CAPTURE_SIZES if sizes is None else sizes)
+        compiled.warm_up(self.kv.layers, progress=progress)
+        return compiled
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         params = [self._requests[s.seq_id].params for s in seqs]

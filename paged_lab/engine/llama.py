@@ -40,6 +40,19 @@ class AttentionMetadata:
     # True once the tensors above passed the kernels' argument checks (layer 0 of a forward runs them;
     # the other layers see the same tensors and skip the checks).
     validated: bool = False
+    # (decode, prefill): a step that mixes one-token queries (decodes) with longer ones (prefills), its
+    # decodes first, on the torch backend. Its prefill kernel pads every sequence's queries to the
+    # longest, so a decode beside a 50-token prefill would cost 50 query rows; split, the decodes go
+    # through the decode kernel and only the prefills are padded. Each part holds its own tensors
+    # and plan; query tokens [0, n_decode) belong to the first.
+    split: tuple[AttentionMetadata, AttentionMetadata] | None = None
+
+    def checked(self) -> AttentionMetadata:
+        """This metadata marked as checked (and its parts): what layers 1.. of a forward get."""
+        if self.validated:
+            return self
+        split = None if self.split is None else tuple(m.checked() for m in self.split)
+        return dataclasses.replace(self, validated=True, split=split)
 
 
 # --- RoPE ----------------------------------------------------------------------------------------
@@ -131,6 +144,11 @@ def paged_attention(backend: str = "auto"):
     from paged_lab import kernels
 
     def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        if meta.split is not None:
+            decode, prefill = meta.split
+            n = decode.slot_mapping.shape[0]
+            return torch.cat((attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, scale),
+                              attend(q[n:], k[n:], v[n:], k_cache, v_cache, prefill, scale)))
         check = not meta.validated
         kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend, validate=check, plan=meta.plan)
         if meta.is_decode:
@@ -246,7 +264,7 @@ class PagedLlama:
         """
         attention = attention or paged_attention()
         # Layer 0 checks the metadata; every later layer gets the same tensors, marked as checked.
-        checked = meta if meta.validated else dataclasses.replace(meta, validated=True)
+        checked = meta.checked()
         if int(positions.max()) >= self._cos.shape[0]:
             self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
         cos = self._cos[positions].unsqueeze(1)  # [num_tokens, 1, head_dim]
