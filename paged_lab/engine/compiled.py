@@ -14,7 +14,8 @@ on the batch size, never on context lengths or tables.
 
 Each batch size is its own graph (``dynamic=False``), so the engine pads a decode batch of n sequences
 up to the next captured size (``capture_sizes``, as vLLM pads to its CUDA-graph sizes); padding rows
-store nothing and attend to nothing. Compiling costs 20-40 s per size on a laptop CPU, once per engine.
+store nothing and attend to nothing. Compiling takes about a minute per size on the development machine
+(2 cores), once per engine.
 The math is the eager forward's (``PagedLlama.forward``), summed in another order: about 1e-7 relative.
 """
 
