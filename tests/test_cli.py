@@ -43,6 +43,7 @@ def test_final_block_tables_come_from_the_free_events():
 def test_bench_arguments_parse():
     args = build_parser().parse_args(["bench", "--repeats", "3", "--batch-size", "4", "--methods", "paged_lab"])
     assert (args.repeats, args.batch_size, args.methods, args.requests) == (3, 4, "paged_lab", 32)
+    assert not args.compile and build_parser().parse_args(["bench", "--compile"]).compile
 
 
 @pytest.mark.slow
