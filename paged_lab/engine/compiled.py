@@ -41,7 +41,7 @@ def forward_context(kv_caches: list, meta: Any, attention, scale: float, num_tok
     """The step's KV caches, metadata and attention function, for ``paged_lab::attention``.
     ``kv_data``: ``KVCache.data`` when the torch backend's plan allows the fused store-and-attend path."""
     _CONTEXT.update(kv_caches=kv_caches, meta=meta, attention=attention, scale=scale, num_tokens=num_tokens,
-                    kv_data=kv_data, fused=kv_data is not None)
+                    kv_data=kv_data)
     try:
         yield
     finally:
@@ -57,7 +57,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) 
     if n == 0:  # warm-up: compile without touching the cache
         return q.new_zeros(q.shape)
     meta = ctx["meta"]
-    if ctx["fused"] and layer:  # the torch backend's fewer-ops path; layer 0 runs the kernels' checks
+    if ctx["kv_data"] is not None and layer:  # the torch backend's fewer-ops path; layer 0 runs the kernels' checks
         o = torch_paged.store_and_decode(q[:n], k[:n], v[:n], ctx["kv_data"][layer], meta.plan, ctx["scale"])
     else:
         k_cache, v_cache = ctx["kv_caches"][layer]
@@ -147,7 +147,6 @@ class CompiledDecoder:
         self.runner = runner
         self.graph = DecodeGraph(model, runner).eval()
         self.fn = torch.compile(self.graph, dynamic=False)
-        self.compiled_sizes: set[int] = set()
         self.num_calls = dict.fromkeys(self.capture_sizes, 0)  # decode steps run per size (warm-up excluded)
 
     def bucket(self, n: int) -> int | None:
@@ -161,11 +160,10 @@ class CompiledDecoder:
 
         for size in tqdm(self.capture_sizes, desc="compiling decode graphs", unit="size", disable=not progress):
             ids = torch.zeros(size, dtype=torch.long, device=self.runner.device)
-            cos = self.runner._cos[ids].unsqueeze(1)
+            cos, sin = self.runner.rope_tables(ids)
             with forward_context(kv_caches, None, None, self.runner.scale, 0), \
                     torch._inductor.config.patch(inductor_options()):
-                self.fn(ids, cos, cos.clone())  # two tensors: dynamo guards on aliasing
-            self.compiled_sizes.add(size)
+                self.fn(ids, cos, sin)
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list, meta: Any,
@@ -177,18 +175,12 @@ class CompiledDecoder:
         size = self.bucket(n)
         if size is None:
             raise ValueError(f"a decode batch of {n} exceeds the largest capture size {self.capture_sizes[-1]}")
-        runner = self.runner
-        if int(positions.max()) >= runner._cos.shape[0]:
-            runner._extend_rope(max(int(positions.max()) + 1, 2 * runner._cos.shape[0]))
         if size != n:
-            pad = size - n
-            input_ids = F.pad(input_ids, (0, pad))
-            positions = F.pad(positions, (0, pad))
-        cos = runner._cos[positions].unsqueeze(1)  # [M, 1, hd]
-        sin = runner._sin_signed[positions].unsqueeze(1)
-        with forward_context(kv_caches, meta, attention, runner.scale, n, kv_data), \
+            input_ids = F.pad(input_ids, (0, size - n))
+            positions = F.pad(positions, (0, size - n))
+        cos, sin = self.runner.rope_tables(positions)  # each [M, 1, hd]
+        with forward_context(kv_caches, meta, attention, self.runner.scale, n, kv_data), \
                 torch._inductor.config.patch(inductor_options()):  # freezing is read outside `options`
             logits = self.fn(input_ids, cos, sin)
-        self.compiled_sizes.add(size)
         self.num_calls[size] += 1
         return logits[:n]

@@ -252,6 +252,13 @@ class PagedLlama:
         half = sin.shape[-1] // 2
         self._sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
+    def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and pre-signed sin (see _extend_rope) of each position, each [num_tokens, 1, head_dim];
+        the tables grow when a position is past their end."""
+        if int(positions.max()) >= self._cos.shape[0]:
+            self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
+        return self._cos[positions].unsqueeze(1), self._sin_signed[positions].unsqueeze(1)
+
     # -- forward --
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
@@ -265,10 +272,7 @@ class PagedLlama:
         attention = attention or paged_attention()
         # Layer 0 checks the metadata; every later layer gets the same tensors, marked as checked.
         checked = meta.checked()
-        if int(positions.max()) >= self._cos.shape[0]:
-            self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
-        cos = self._cos[positions].unsqueeze(1)  # [num_tokens, 1, head_dim]
-        sin = self._sin_signed[positions].unsqueeze(1)  # [num_tokens, 1, head_dim], see _extend_rope
+        cos, sin = self.rope_tables(positions)
         nq, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         q_size = nq * hd
         x = self.embed[input_ids]  # [num_tokens, hidden]

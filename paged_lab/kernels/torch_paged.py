@@ -138,9 +138,14 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
     k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan)
+    return _decode_attend(q, k, v, plan, scale)
+
+
+def _decode_attend(q, k, v, plan: GatherPlan, scale: float):
+    """q [S, H, d]; gathered k, v [S, kv_heads, T, d] -> [S, H, d]. One query per sequence: the GQA
+    group's query heads are the rows of their KV head (plain MHA)."""
     S, H, d = q.shape
     kvh = k.shape[1]
-    # one query per sequence: the GQA group's query heads are the rows of their KV head (plain MHA)
     qg = q.float().view(S, kvh, H // kvh, d)  # [S, kv_heads, group, d]
     o = F.scaled_dot_product_attention(qg, k, v, attn_mask=plan.decode_mask, scale=scale)  # [S, kvh, group, d]
     return o.reshape(S, H, d).to(q.dtype)
@@ -155,7 +160,7 @@ def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     if plan.store_slots is None or plan.store_rows is not None or not kv.is_contiguous():
         raise ValueError("store_and_decode needs a plan with the step's slot_mapping, no padding slots, "
                          "and a contiguous kv")
-    S, H, d = q.shape
+    S, d = q.shape[0], q.shape[2]
     kvh = kv.shape[3]
     kv.view(2, -1, kvh, d).index_copy_(1, plan.store_slots, torch.stack((k, v)).to(kv.dtype))
     nb = kv.shape[1]
@@ -163,9 +168,7 @@ def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     both = rows.view(2, S, -1, kvh, d).float()  # [2, S, T, kvh, d], a fresh copy (see _gather)
     both.view(2, -1, kvh, d).index_fill_(1, plan.unused, 0.0)  # see gather_padded: no NaN can reach SDPA
     both = both.transpose(2, 3)  # [2, S, kvh, T, d]
-    qg = q.float().view(S, kvh, H // kvh, d)  # [S, kv_heads, group, d]: GQA as MHA, as paged_attention_decode
-    o = F.scaled_dot_product_attention(qg, both[0], both[1], attn_mask=plan.decode_mask, scale=scale)
-    return o.reshape(S, H, d).to(q.dtype)
+    return _decode_attend(q, both[0], both[1], plan, scale)
 
 
 def paged_attention_prefill(
