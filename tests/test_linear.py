@@ -29,7 +29,7 @@ def test_plain_linear_is_exactly_f_linear_and_never_copies():
 @needs_onednn
 @pytest.mark.parametrize("sizes,bias", [([40], False), ([40], True), ([24, 8, 8], False), ([24, 8, 8], True),
                                         ([32, 32], False)])
-@pytest.mark.parametrize("rows", [1, 3, 8, 37])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 37])  # 1-3 rows are padded to PACKED_MIN_ROWS
 def test_prepacked_parts_match_f_linear(sizes, bias, rows):
     ws, bs = _weights(1, sizes, bias=bias)
     if bias and len(sizes) > 1:

@@ -7,6 +7,10 @@ CPU path runs this for every layer of every step, so it must not loop in Python.
 
 GQA without copying K/V: the ``group`` query heads that share a KV head are laid out as extra
 query rows of that KV head (``[num_seqs, kv_heads, group * num_q, d]``), so SDPA sees plain MHA.
+
+On a CPU with AVX-512 and fp32 tensors, decode and prefill run :mod:`~paged_lab.kernels.cpu_paged`
+instead, which reads the cache through the tables in C with no gathered copy. Where that cannot run (see
+``cpu_paged.usable``), or with ``USE_CPU_KERNEL = False``, the torch code below runs.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paged_lab.kernels import reference
+from paged_lab.kernels import cpu_paged, reference
+
+USE_CPU_KERNEL = True  # attend through cpu_paged where it can run (tests turn it off to check the torch code)
 
 
 @dataclass
@@ -42,6 +48,7 @@ class GatherPlan:
     mask: torch.Tensor | None = None
     store_slots: torch.Tensor | None = None
     store_rows: torch.Tensor | None = None
+    lens: torch.Tensor | None = None  # long [S]: the context lengths (what the C decode kernel reads)
 
 
 def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
@@ -58,7 +65,7 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
     pos = torch.arange(nb * block_size, device=dev)  # [T]
     valid = pos[None, :] < lens[:, None]  # [S, T]
     unused = (~valid).flatten().nonzero().squeeze(1)  # few: partial last blocks, padding
-    plan = GatherPlan(table, valid, unused, valid[:, None, None, :])
+    plan = GatherPlan(table, valid, unused, valid[:, None, None, :], lens=lens)
     if slot_mapping is not None:
         slots = slot_mapping.to(device=dev, dtype=torch.long)
         keep = slots >= 0  # negative = padding, not stored
@@ -134,6 +141,8 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
+    if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
+        return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, block_tables, context_lens, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
@@ -160,6 +169,8 @@ def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     if plan.store_slots is None or plan.store_rows is not None or not kv.is_contiguous():
         raise ValueError("store_and_decode needs a plan with the step's slot_mapping, no padding slots, "
                          "and a contiguous kv")
+    if USE_CPU_KERNEL and cpu_paged.usable(q, kv[0], kv[1]):
+        return cpu_paged.store_and_decode(q, k, v, kv[0], kv[1], plan.store_slots, plan.table, plan.lens, scale)
     S, d = q.shape[0], q.shape[2]
     kvh = kv.shape[3]
     kv.view(2, -1, kvh, d).index_copy_(1, plan.store_slots, torch.stack((k, v)).to(kv.dtype))
@@ -179,6 +190,8 @@ def paged_attention_prefill(
     num_tokens = q.shape[0]
     if num_tokens == 0:
         return torch.empty_like(q)
+    if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
+        return cpu_paged.prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,

@@ -1,0 +1,136 @@
+"""Paged decode attention in C for the CPU: the torch backend's decode kernel where it can run.
+
+The torch path (:mod:`~paged_lab.kernels.torch_paged`) gathers every sequence's blocks into a padded
+copy, zeroes the padding and calls SDPA with a mask. That is about ten torch ops per layer and a
+copy of all K and V. On the development machine it cost 5-9 ms of a 25-45 ms decode step.
+``csrc/paged_attention.c`` does the same math in one call per layer. It stores the new tokens' K/V, then
+reads each sequence's K and V rows straight from the cache through its block table, once. It uses
+AVX-512 over ``head_dim`` and torch's OpenMP threads over (sequence, KV head). Its comment gives the
+algorithm, and :mod:`~paged_lab.kernels.reference` stays the readable truth that tests hold it to.
+
+The kernel is compiled on first use with the system C compiler (under a second) into
+``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. :func:`usable` says
+whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
+a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16. Then the torch path
+runs instead. :func:`why_unavailable` says why.
+Results match the torch path to about 1e-6: the same fp32 math, summed in another order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
+CFLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
+
+_lock = threading.Lock()
+_state: dict = {}  # "lib": the loaded CDLL or None; "why": the reason it is None
+
+
+def _build() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("PAGED_LAB_CPU_KERNELS", "1") == "0":
+        return None, "turned off by PAGED_LAB_CPU_KERNELS=0"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith("AVX512"):
+        return None, f"this CPU has no AVX-512 (torch reports {capability})"
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        return None, "no C compiler found (install gcc, or set CC)"
+    from paged_lab.models import cache_root
+
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
+    lib_path = cache_root() / "kernels" / f"paged_attention-{key}.so"
+    if not lib_path.exists():
+        lib_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+        proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            return None, f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
+        os.replace(tmp, lib_path)  # atomic: another process sees the whole library or none
+    # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
+    lib = ctypes.CDLL(str(lib_path))
+    p, n = ctypes.c_void_p, ctypes.c_long
+    lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
+    lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
+    lib.paged_prefill.argtypes = [p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
+    return lib, None
+
+
+def _lib() -> ctypes.CDLL | None:
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _state["lib"], _state["why"] = _build()
+    return _state["lib"]
+
+
+def available() -> bool:
+    """True when the compiled kernel is loaded (it is built on the first call)."""
+    return _lib() is not None
+
+
+def why_unavailable() -> str | None:
+    """None when the kernel is loaded, else why the torch path runs instead."""
+    _lib()
+    return _state["why"]
+
+
+def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether :func:`store_and_decode` and :func:`prefill` take these tensors (else use the torch path)."""
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and k_cache.dtype == torch.float32
+            and v_cache.dtype == torch.float32 and k_cache.is_contiguous() and v_cache.is_contiguous()
+            and q.shape[-1] % 16 == 0 and q.shape[1] % k_cache.shape[2] == 0
+            and q.shape[1] // k_cache.shape[2] <= 64 and available())
+
+
+def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
+    """Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
+    nothing), then attend q ``[S, H, d]`` over ``tables`` (int64 ``[S, max_blocks]``) up to ``lens``
+    (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
+    the dispatch checks (``kernels.dispatch``) and :func:`usable`: the C code trusts every index."""
+    S, H, d = q.shape
+    out = torch.empty_like(q)
+    if S == 0:
+        return out
+    q = q.contiguous()
+    tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
+    if slots is not None:
+        k, v, slots = k.contiguous(), v.contiguous(), slots.to(torch.long).contiguous()
+    rc = _lib().paged_decode(
+        q.data_ptr(), 0 if slots is None else k.data_ptr(), 0 if slots is None else v.data_ptr(),
+        k_cache.data_ptr(), v_cache.data_ptr(), 0 if slots is None else slots.data_ptr(), tables.data_ptr(),
+        tables.shape[1], lens.data_ptr(), S, H, k_cache.shape[2], d, k_cache.shape[1], scale, out.data_ptr(),
+        torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError(f"paged_decode could not allocate its score buffers (S={S}, max context "
+                          f"{int(lens.max())})")
+    return out
+
+
+def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) -> torch.Tensor:
+    """Causal attention of the query tokens q ``[num_tokens, H, d]`` (sequence s's are rows
+    ``query_start_loc[s]:query_start_loc[s + 1]``, the last positions of its context of ``lens[s]``) over
+    their paged contexts -> ``[num_tokens, H, d]``; their K/V must be stored already. Same trust rules
+    as :func:`store_and_decode`."""
+    out = torch.empty_like(q)
+    if q.shape[0] == 0:
+        return out
+    q = q.contiguous()
+    tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
+    qsl = query_start_loc.to(torch.long).contiguous()
+    rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(), tables.data_ptr(),
+                              tables.shape[1], lens.data_ptr(), lens.shape[0], q.shape[1], k_cache.shape[2],
+                              q.shape[2], k_cache.shape[1], scale, out.data_ptr(), torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError(f"paged_prefill could not allocate its buffers ({q.shape[0]} query tokens, max "
+                          f"context {int(lens.max())})")
+    return out

@@ -1,0 +1,186 @@
+/* Paged attention on CPU. paged_decode: store each sequence's new K/V in its slot, then attend its one
+ * query token over its block table. paged_prefill: every query token of a (chunked) prefill attends
+ * causally over its sequence's context. The readable truth is paged_lab.kernels.reference (store_kv,
+ * paged_attention_decode, paged_attention_prefill); paged_lab.kernels.cpu_paged builds and calls this.
+ *
+ * Why C: the torch path gathers every sequence's blocks into a padded copy, zeroes the padding and
+ * calls SDPA with a mask, about ten ops per layer and a copy of all K/V. Here each sequence reads its
+ * K and V rows straight from the cache through the table, once, block by block in memory order:
+ *   scores[g, t] = scale * q[g] . K[t]       for the G query heads sharing the KV head (GQA)
+ *   p[g, t]      = exp(scores[g, t] - max_t) (softmax, two passes over the scores in a small buffer)
+ *   out[g]       = sum_t p[g, t] V[t] / sum_t p[g, t]
+ * for each query head g of each KV head (GQA), vectorized with AVX-512 over head_dim (a multiple of
+ * 16); sequences (split by KV heads when there are fewer sequences than threads) go to OpenMP threads
+ * (torch's own libgomp, so one thread pool). Layouts (all contiguous):
+ *   q, out [S, H, D]; k_new, v_new [S, KVH, D]; caches [num_blocks, block_size, KVH, D];
+ *   slots int64 [S] (negative: not stored; NULL: store nothing); tables int64 [S, max_blocks];
+ *   lens int64 [S] (context length, the new token included).
+ * A prefill's query tokens are the last (qsl[s + 1] - qsl[s]) positions of sequence s's context, as in
+ * the reference: token i of them sees positions [0, lens[s] - q_len + i]. Its tasks are query tokens.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* e^x for x <= 0 (scores minus their max): x = n ln2 + r, |r| <= ln2 / 2, Taylor to r^7 (relative
+ * error about 1e-8, under fp32 rounding), then scale by 2^n. */
+static inline __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f)); /* e^-103 is 0 in fp32 */
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* One sequence, KV heads [h0, h1): q and out are the sequence's [H, D] rows (D = 16 * ND). The K and
+ * V passes walk the context token by token, so each block's rows (block_size x KVH x D contiguous
+ * floats) stream in order; the output accumulates in `acc` ([H, D], in L1). Written once as a macro
+ * and instantiated for D = 64 and 128 so the head_dim loops unroll; other D take the runtime version. */
+#define ATTEND_BODY(ND)                                                                              \
+    long D = 16 * (ND), row = kvh * D, G = H / kvh, nblk = (ctx + bs - 1) / bs;                      \
+    for (long b = 0, t = 0; b < nblk; b++) {                                                         \
+        const float *kp = k_cache + table[b] * bs * row;                                             \
+        const char *pf = (const char *)(b + 1 < nblk ? k_cache + table[b + 1] * bs * row : kp);      \
+        for (long off = 0; off < bs && t < ctx; off++, t++, kp += row) {                             \
+            for (long c = (off * row + h0 * D) * 4; c < (off * row + h1 * D) * 4; c += 64)           \
+                _mm_prefetch(pf + c, _MM_HINT_T0); /* the next block's row, one block ahead */        \
+            for (long h = h0; h < h1; h++)                                                           \
+                for (long hq = h * G; hq < (h + 1) * G; hq++) {                                      \
+                    const float *kh = kp + h * D, *qh = q + hq * D;                                  \
+                    __m512 a = _mm512_setzero_ps();                                                  \
+                    for (long j = 0; j < (ND); j++)                                                  \
+                        a = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * j), _mm512_loadu_ps(kh + 16 * j), a); \
+                    scores[hq * ctx + t] = _mm512_reduce_add_ps(a) * scale;                          \
+                }                                                                                    \
+        }                                                                                            \
+    }                                                                                                \
+    for (long hq = h0 * G; hq < h1 * G; hq++) {                                                      \
+        float *s = scores + hq * ctx, mx = s[0];                                                     \
+        for (long t = 1; t < ctx; t++) mx = s[t] > mx ? s[t] : mx;                                   \
+        __m512 mv = _mm512_set1_ps(mx), total = _mm512_setzero_ps();                                 \
+        for (long t = 0; t < ctx; t += 16) {                                                         \
+            __mmask16 mk = ctx - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ctx - t)) - 1);   \
+            __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + t), mv))); \
+            _mm512_mask_storeu_ps(s + t, mk, e);                                                     \
+            total = _mm512_add_ps(total, e);                                                         \
+        }                                                                                            \
+        sums[hq] = _mm512_reduce_add_ps(total);                                                      \
+        for (long j = 0; j < (ND); j++) _mm512_storeu_ps(acc + hq * D + 16 * j, _mm512_setzero_ps()); \
+    }                                                                                                \
+    for (long b = 0, t = 0; b < nblk; b++) {                                                         \
+        const float *vp = v_cache + table[b] * bs * row;                                             \
+        const char *pf = (const char *)(b + 1 < nblk ? v_cache + table[b + 1] * bs * row : vp);      \
+        for (long off = 0; off < bs && t < ctx; off++, t++, vp += row) {                             \
+            for (long c = (off * row + h0 * D) * 4; c < (off * row + h1 * D) * 4; c += 64)           \
+                _mm_prefetch(pf + c, _MM_HINT_T0);                                                   \
+            for (long h = h0; h < h1; h++)                                                           \
+                for (long hq = h * G; hq < (h + 1) * G; hq++) {                                      \
+                    const float *vh = vp + h * D;                                                    \
+                    __m512 p = _mm512_set1_ps(scores[hq * ctx + t]);                                 \
+                    float *o = acc + hq * D;                                                         \
+                    for (long j = 0; j < (ND); j++)                                                  \
+                        _mm512_storeu_ps(o + 16 * j, _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * j), \
+                                                                     _mm512_loadu_ps(o + 16 * j)));  \
+                }                                                                                    \
+        }                                                                                            \
+    }                                                                                                \
+    for (long hq = h0 * G; hq < h1 * G; hq++) {                                                      \
+        __m512 inv = _mm512_set1_ps(1.0f / sums[hq]);                                                \
+        for (long j = 0; j < (ND); j++)                                                              \
+            _mm512_storeu_ps(out + hq * D + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(acc + hq * D + 16 * j), inv)); \
+    }
+
+#define ATTEND_ARGS const float *q, long H, long kvh, long h0, long h1, const float *k_cache,          \
+                    const float *v_cache, const long *table, long ctx, long bs, float scale, float *out, \
+                    float *scores, float *sums, float *acc
+static void attend_d64(ATTEND_ARGS) { ATTEND_BODY(4) }
+static void attend_d128(ATTEND_ARGS) { ATTEND_BODY(8) }
+static void attend_any(long nd, ATTEND_ARGS) { ATTEND_BODY(nd) }
+
+static void attend(long D, ATTEND_ARGS) {
+    if (D == 64)
+        attend_d64(q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
+    else if (D == 128)
+        attend_d128(q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
+    else
+        attend_any(D / 16, q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
+}
+
+static int bad_shape(long H, long kvh, long D, long bs) {
+    return D % 16 || D < 16 || D > 256 || kvh < 1 || H % kvh || H / kvh > 64 || bs < 1;
+}
+
+/* Both return 0, or -1 for shapes they do not take (D not a multiple of 16 or over 256, H not a
+ * multiple of KVH, more than 64 query heads per KV head) or a failed allocation; the caller checks the
+ * rest (tables, lengths and slots in range). */
+int paged_decode(const float *q, const float *k_new, const float *v_new, float *k_cache, float *v_cache,
+                 const long *slots, const long *tables, long max_blocks, const long *lens, long S, long H,
+                 long kvh, long D, long bs, float scale, float *out, int threads) {
+    if (bad_shape(H, kvh, D, bs)) return -1;
+    long row = kvh * D;
+    if (slots)
+        for (long s = 0; s < S; s++)
+            if (slots[s] >= 0) {
+                memcpy(k_cache + slots[s] * row, k_new + s * row, row * sizeof(float));
+                memcpy(v_cache + slots[s] * row, v_new + s * row, row * sizeof(float));
+            }
+    long max_ctx = 1;
+    for (long s = 0; s < S; s++) max_ctx = lens[s] > max_ctx ? lens[s] : max_ctx;
+    if (threads < 1) threads = 1;
+    /* tasks: (sequence, a range of its KV heads); a batch smaller than the thread count splits heads */
+    long parts = S >= threads ? 1 : (threads + S - 1) / S;
+    if (parts > kvh) parts = kvh;
+    long per = H * max_ctx + H + H * D; /* each thread's scores [H, max_ctx], sums [H], acc [H, D] */
+    float *buf = malloc(sizeof(float) * threads * per);
+    if (!buf) return -1;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && S * parts > 1)
+    for (long task = 0; task < S * parts; task++) {
+        long s = task / parts, part = task % parts;
+        float *scores = buf + omp_get_thread_num() * per;
+        attend(D, q + s * H * D, H, kvh, part * kvh / parts, (part + 1) * kvh / parts, k_cache, v_cache,
+               tables + s * max_blocks, lens[s], bs, scale, out + s * H * D, scores, scores + H * max_ctx,
+               scores + H * max_ctx + H);
+    }
+    free(buf);
+    return 0;
+}
+
+int paged_prefill(const float *q, const float *k_cache, const float *v_cache, const long *qsl,
+                  const long *tables, long max_blocks, const long *lens, long S, long H, long kvh, long D,
+                  long bs, float scale, float *out, int threads) {
+    if (bad_shape(H, kvh, D, bs)) return -1;
+    long T = qsl[S], max_ctx = 1;
+    if (T < 1) return 0;
+    for (long s = 0; s < S; s++) max_ctx = lens[s] > max_ctx ? lens[s] : max_ctx;
+    if (threads < 1) threads = 1;
+    long per = H * max_ctx + H + H * D;
+    float *buf = malloc(sizeof(float) * threads * per);
+    long *seq_of = malloc(sizeof(long) * T);
+    if (!buf || !seq_of) {
+        free(buf);
+        free(seq_of);
+        return -1;
+    }
+    for (long s = 0; s < S; s++)
+        for (long i = qsl[s]; i < qsl[s + 1]; i++) seq_of[i] = s;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && T > 1)
+    for (long i = 0; i < T; i++) {
+        long s = seq_of[i], ctx = lens[s] - (qsl[s + 1] - i) + 1; /* causal: up to this token's position */
+        float *scores = buf + omp_get_thread_num() * per;
+        attend(D, q + i * H * D, H, kvh, 0, kvh, k_cache, v_cache, tables + s * max_blocks, ctx, bs, scale,
+               out + i * H * D, scores, scores + H * max_ctx, scores + H * max_ctx + H);
+    }
+    free(buf);
+    free(seq_of);
+    return 0;
+}

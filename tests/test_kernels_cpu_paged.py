@@ -1,0 +1,155 @@
+"""The C attention kernels (kernels.cpu_paged) against the readable reference, and their fallbacks."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paged_lab.kernels import (
+    cpu_paged,
+    paged_attention_decode,
+    paged_attention_prefill,
+    reference,
+    store_kv,
+    torch_paged,
+)
+from paged_lab.kernels.synthetic import random_paged_kv
+
+needs_kernel = pytest.mark.skipif(not cpu_paged.available(), reason=f"{cpu_paged.why_unavailable()}")
+
+
+def _slots_of_last_tokens(kv) -> torch.Tensor:
+    last = kv.context_lens.long() - 1
+    bs = kv.block_size
+    return kv.block_tables.long().gather(1, (last // bs)[:, None]).squeeze(1) * bs + last % bs
+
+
+@needs_kernel
+@settings(max_examples=60, deadline=None)
+@given(lens=st.lists(st.integers(1, 70), min_size=1, max_size=5), block_size=st.sampled_from([1, 3, 16]),
+       num_kv_heads=st.sampled_from([1, 2, 3]), group=st.sampled_from([1, 3, 4, 5, 12]),
+       head_dim=st.sampled_from([16, 48, 64, 128]), seed=st.integers(0, 2**16))
+def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, num_kv_heads, group, head_dim, seed):
+    """Every shape the kernel takes: compiled-in (group, head_dim) pairs and the runtime-sized path
+    (group 5 or 12 at head_dim 128, head_dim 48); the unused slots hold NaN, which must not leak in."""
+    kv = random_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    S, H = len(lens), num_kv_heads * group
+    q = torch.randn(S, H, head_dim, generator=g)  # [num_seqs, heads, d]
+    k, v = torch.randn(S, num_kv_heads, head_dim, generator=g), torch.randn(S, num_kv_heads, head_dim, generator=g)
+    slots = _slots_of_last_tokens(kv)
+    want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
+    reference.store_kv(k, v, want_k, want_v, slots)
+    want = reference.paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125)
+    got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
+    assert cpu_paged.usable(q, got_k, got_v)
+    got = cpu_paged.store_and_decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(got_k, want_k, **exact)
+    torch.testing.assert_close(got_v, want_v, **exact)
+
+
+@needs_kernel
+def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
+    kv = random_paged_kv([5, 9], block_size=4, num_kv_heads=2, head_dim=64, seed=3)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = torch.randn(2, 4, 64, generator=g), torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64, generator=g)
+    slots = _slots_of_last_tokens(kv)
+    slots[0] = -1
+    got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
+    cpu_paged.store_and_decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
+    store_kv(k, v, want_k, want_v, slots, backend="reference")
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(got_k, want_k, **exact)
+    torch.testing.assert_close(got_v, want_v, **exact)
+    untouched_k = kv.k_cache.clone()
+    cpu_paged.store_and_decode(q, None, None, untouched_k, kv.v_cache.clone(), None, kv.block_tables,
+                                kv.context_lens, 0.125)
+    torch.testing.assert_close(untouched_k, kv.k_cache, **exact)
+
+
+@needs_kernel
+def test_one_long_context_spans_many_softmax_chunks():
+    """4,000 tokens: the exp/sum loop runs 250 vector chunks; scores span a wide range."""
+    kv = random_paged_kv([4000, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=5)
+    q = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(6)) * 4  # sharper softmax
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
+    got = cpu_paged.store_and_decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
+                                      kv.context_lens, 0.125)
+    torch.testing.assert_close(got, paged_attention_decode(*args, backend="reference"), atol=2e-6, rtol=2e-5)
+
+
+@needs_kernel
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), block_size=st.sampled_from([1, 4, 16]), num_kv_heads=st.sampled_from([1, 3]),
+       group=st.sampled_from([1, 3, 5]), head_dim=st.sampled_from([32, 64, 128]), seed=st.integers(0, 2**16))
+def test_prefill_matches_reference_for_whole_and_chunked_prompts(data, block_size, num_kv_heads, group, head_dim, seed):
+    """Query tokens are the last q_len positions of each context (a whole prompt when q_len == len, a
+    chunk or a prompt after cached blocks otherwise): causal over the paged context."""
+    lens = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
+    q_lens = [data.draw(st.integers(1, n)) for n in lens]
+    kv = random_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim, seed=seed)
+    qsl = torch.tensor([0] + [sum(q_lens[: i + 1]) for i in range(len(q_lens))], dtype=torch.int32)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=torch.Generator().manual_seed(seed))
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
+    assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
+    got = cpu_paged.prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, paged_attention_prefill(*args, backend="reference"), atol=2e-6, rtol=2e-5)
+
+
+def test_the_torch_backend_gives_the_same_prefill_with_and_without_the_c_kernel(monkeypatch):
+    kv = random_paged_kv([5, 12, 20], block_size=4, num_kv_heads=2, head_dim=64, seed=3)
+    qsl = torch.tensor([0, 5, 8, 14], dtype=torch.int32)  # a whole prompt, then chunks that start mid-block
+    q = torch.randn(14, 8, 64, generator=torch.Generator().manual_seed(4))
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
+    with_kernel = paged_attention_prefill(*args, backend="torch")
+    monkeypatch.setattr(torch_paged, "USE_CPU_KERNEL", False)
+    torch.testing.assert_close(with_kernel, paged_attention_prefill(*args, backend="torch"), atol=2e-6, rtol=2e-5)
+
+
+def test_the_torch_backend_gives_the_same_decode_with_and_without_the_c_kernel(monkeypatch):
+    kv = random_paged_kv([1, 7, 16, 40], block_size=8, num_kv_heads=3, head_dim=64, seed=1)
+    q = torch.randn(4, 9, 64, generator=torch.Generator().manual_seed(2))
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
+    with_kernel = paged_attention_decode(*args, backend="torch")
+    monkeypatch.setattr(torch_paged, "USE_CPU_KERNEL", False)
+    torch_only = paged_attention_decode(*args, backend="torch")
+    torch.testing.assert_close(with_kernel, torch_only, atol=2e-6, rtol=2e-5)
+
+
+def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
+    kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=8, seed=1)
+    q = torch.randn(1, 4, 8)
+    assert not cpu_paged.usable(q, kv.k_cache, kv.v_cache)  # head_dim 8: not a multiple of 16
+    kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
+    assert not cpu_paged.usable(q.new_zeros(1, 4, 64, dtype=torch.bfloat16), kv.k_cache, kv.v_cache)
+    # the torch backend then runs its own code: still right
+    q = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(0)).bfloat16()
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
+    torch.testing.assert_close(paged_attention_decode(*args, backend="torch").float(),
+                               paged_attention_decode(*args, backend="reference").float(), atol=2e-2, rtol=2e-2)
+
+
+_WHY = """
+from paged_lab.kernels import cpu_paged
+print(cpu_paged.available(), cpu_paged.why_unavailable())
+"""
+
+
+@pytest.mark.parametrize("env, expect", [({"PAGED_LAB_CPU_KERNELS": "0"}, "PAGED_LAB_CPU_KERNELS=0"),
+                                         ({"CC": "/bin/false"}, "could not build")])
+def test_without_the_kernel_it_says_why(tmp_path, env, expect):
+    if env.get("CC") and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        pytest.skip("no AVX-512: the compiler is never tried")
+    full = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path), **env}
+    res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("False") and expect in res.stdout, res.stdout
