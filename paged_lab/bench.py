@@ -45,6 +45,9 @@ class RunResult:
     method: str
     seconds: float
     output_tokens: int  # useful tokens: each request's own max_tokens
+    # paged_lab only: seconds of each engine step by kind, "prefill" (steps that carry prompt tokens) or
+    # "decode N" (N sequences, one token each), from the engine's own timeline
+    steps: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -93,12 +96,17 @@ def run_paged_lab(llm, workload) -> RunResult:
     # every run starts cold: prompt blocks cached by the previous repeat would be free prefill work that
     # the baselines do not get (hits between this run's own prompts still count)
     llm.reset_prefix_cache()
+    first = len(llm.timeline)
     t = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": r.prompt_token_ids} for r in workload], params, use_tqdm=False)
     seconds = time.perf_counter() - t
     made = sum(len(o.outputs[0].token_ids) for o in outs)
     assert made == _useful(workload), f"paged_lab produced {made} tokens, expected {_useful(workload)}"
-    return RunResult("paged_lab", seconds, made)
+    steps: dict[str, list[float]] = {}
+    for step in llm.timeline[first:]:
+        kind = "prefill" if step["num_prefill"] else f"decode {step['num_decode']}"
+        steps.setdefault(kind, []).append(step["seconds"])
+    return RunResult("paged_lab", seconds, made, steps)
 
 
 def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:
@@ -158,7 +166,8 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike).
 
     enforce_eager=False: paged_lab compiles its decode steps first (``LLM(enforce_eager=False)``); the
-    compile time is start-up, outside the timed runs, as vLLM's is."""
+    compile time is start-up, outside the timed runs, as vLLM's is. That compiler path is CPU-only: on a
+    GPU the engine runs eagerly and the report says so."""
     from tqdm.auto import tqdm
 
     from paged_lab.engine import LLM
@@ -175,13 +184,16 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     # KV pool: room for batch_size of the largest requests, twice over (no preemption; little RAM)
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
     num_kv_blocks = 2 * batch_size * -(-longest // 16)
+    on_cpu = next(model.parameters()).device.type == "cpu"
     llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
-              enforce_eager=enforce_eager, compile_progress=progress) if "paged_lab" in methods else None
+              enforce_eager=enforce_eager or not on_cpu, compile_progress=progress) if "paged_lab" in methods else None
     if llm is not None:
         report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
         if llm.compiled is not None:
             report.paged_lab_weights += (f"; decode batches of <= {llm.compiled.capture_sizes[-1]} compiled "
                                          f"(sizes {', '.join(map(str, llm.compiled.capture_sizes))})")
+        elif not enforce_eager:
+            report.paged_lab_weights += "; every step eager (compiled decode steps are CPU-only)"
     warm = workload[:2]
     runners = {
         "paged_lab": lambda w: run_paged_lab(llm, w),
@@ -219,7 +231,13 @@ def format_report(report: BenchReport) -> str:
         secs = statistics.median(r.seconds for r in runs)
         per = ", ".join(f"{r.tokens_per_s:.1f}" for r in runs)
         lines.append(f"{m:<20}{report.median_tokens_per_s(m):>14.1f}{secs:>10.2f}   {per}")
-    if "paged_lab" in report.runs:
+    if report.runs.get("paged_lab"):
+        runs = sorted(report.runs["paged_lab"], key=lambda r: r.tokens_per_s)
+        median = runs[(len(runs) - 1) // 2]
+        lines.append(f"paged_lab's steps in its median run ({median.tokens_per_s:.1f} tok/s), by kind: "
+                     "count, total s, median ms")
+        for kind, secs in sorted(median.steps.items(), key=lambda kv: (kv[0] != "prefill", len(kv[0]), kv[0])):
+            lines.append(f"  {kind:<12}{len(secs):>5}{sum(secs):>8.2f}{statistics.median(secs) * 1e3:>9.1f}")
         for base in ("hf_static", "hf_generate_batch"):
             if base in report.runs:
                 lines.append(f"paged_lab / {base}: {report.ratio('paged_lab', base):.2f}x")

@@ -170,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--long", type=int, default=4, help="requests with long outputs")
     b.add_argument("--long-tokens", type=int, default=128)
     b.add_argument("--methods", default=None, help="comma-separated subset of paged_lab,hf_static,hf_generate_batch")
-    b.add_argument("--compile", action="store_true",
-                   help="paged_lab compiles its decode steps (LLM(enforce_eager=False)); adds minutes of start-up")
+    mode = b.add_mutually_exclusive_group()
+    mode.add_argument("--compile", dest="compile", action="store_true", default=True,
+                      help="(the default) paged_lab compiles its decode steps first (LLM(enforce_eager=False), "
+                           "CPU fp32): about 2-3 minutes of start-up, outside the timed runs")
+    mode.add_argument("--eager", dest="compile", action="store_false",
+                      help="paged_lab runs every step eagerly (LLM's own default): no start-up wait")
     b.add_argument("--quiet", action="store_true")
     b.set_defaults(func=_bench)
     return p

@@ -43,7 +43,10 @@ def test_final_block_tables_come_from_the_free_events():
 def test_bench_arguments_parse():
     args = build_parser().parse_args(["bench", "--repeats", "3", "--batch-size", "4", "--methods", "paged_lab"])
     assert (args.repeats, args.batch_size, args.methods, args.requests) == (3, 4, "paged_lab", 32)
-    assert not args.compile and build_parser().parse_args(["bench", "--compile"]).compile
+    assert args.compile and build_parser().parse_args(["bench", "--compile"]).compile  # compiled by default
+    assert not build_parser().parse_args(["bench", "--eager"]).compile
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--eager", "--compile"])
 
 
 @pytest.mark.slow
@@ -60,3 +63,7 @@ def test_a_small_bench_reports_tokens_per_second_and_ratios(smollm2):
     assert "paged_lab weights: " in text and "paged_lab / hf_static: " in text
     assert sum(r.max_tokens for r in report.workload) == report.runs["paged_lab"][0].output_tokens
     assert report.median_tokens_per_s("paged_lab") > 0 and report.median_tokens_per_s("hf_static") > 0
+    # the step breakdown: prompts come in through prefill steps, and every decode step ran 1-2 sequences
+    steps = report.runs["paged_lab"][0].steps
+    assert steps["prefill"] and set(steps) - {"prefill"} <= {"decode 1", "decode 2"}
+    assert "paged_lab's steps in its median run" in text and "  prefill" in text

@@ -6,12 +6,12 @@
  * Why C: the torch path gathers every sequence's blocks into a padded copy, zeroes the padding and
  * calls SDPA with a mask, about ten ops per layer and a copy of all K/V. Here each sequence reads its
  * K and V rows straight from the cache through the table, once, block by block in memory order:
- *   scores[g, t] = scale * q[g] . K[t]       for the G query heads sharing the KV head (GQA)
+ *   scores[g, t] = scale * q[g] . K[t]       (g: a query head; K: its KV head's keys, GQA)
  *   p[g, t]      = exp(scores[g, t] - max_t) (softmax, two passes over the scores in a small buffer)
  *   out[g]       = sum_t p[g, t] V[t] / sum_t p[g, t]
- * for each query head g of each KV head (GQA), vectorized with AVX-512 over head_dim (a multiple of
- * 16); sequences (split by KV heads when there are fewer sequences than threads) go to OpenMP threads
- * (torch's own libgomp, so one thread pool). Layouts (all contiguous):
+ * vectorized with AVX-512 over head_dim (a multiple of 16); sequences (split by KV heads when there are
+ * fewer sequences than threads) go to OpenMP threads (torch's own libgomp, so one thread pool).
+ * Layouts (all contiguous):
  *   q, out [S, H, D]; k_new, v_new [S, KVH, D]; caches [num_blocks, block_size, KVH, D];
  *   slots int64 [S] (negative: not stored; NULL: store nothing); tables int64 [S, max_blocks];
  *   lens int64 [S] (context length, the new token included).
