@@ -129,6 +129,8 @@ def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=8, seed=1)
     q = torch.randn(1, 4, 8)
     assert not cpu_paged.usable(q, kv.k_cache, kv.v_cache)  # head_dim 8: not a multiple of 16
+    big = random_paged_kv([5], block_size=4, num_kv_heads=1, head_dim=272, seed=1)
+    assert not cpu_paged.usable(torch.randn(1, 2, 272), big.k_cache, big.v_cache)  # over 256
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
     assert not cpu_paged.usable(q.new_zeros(1, 4, 64, dtype=torch.bfloat16), kv.k_cache, kv.v_cache)
     # the torch backend then runs its own code: still right
@@ -145,9 +147,10 @@ print(cpu_paged.available(), cpu_paged.why_unavailable())
 
 
 @pytest.mark.parametrize("env, expect", [({"PAGED_LAB_CPU_KERNELS": "0"}, "PAGED_LAB_CPU_KERNELS=0"),
-                                         ({"CC": "/bin/false"}, "could not build")])
+                                         ({"CC": "/bin/false"}, "could not build"),
+                                         ({"PAGED_LAB_CACHE": "/proc/no-such-folder"}, "could not build or load")])
 def test_without_the_kernel_it_says_why(tmp_path, env, expect):
-    if env.get("CC") and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+    if "PAGED_LAB_CPU_KERNELS" not in env and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         pytest.skip("no AVX-512: the compiler is never tried")
     full = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path), **env}
     res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)

@@ -3,7 +3,8 @@
     from paged_lab.kernels import store_kv, paged_attention_decode, paged_attention_prefill, paged_attention
 
 - :mod:`~paged_lab.kernels.reference`: the readable torch truth (gather through the table, then attention);
-- :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (fast CPU path);
+- :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (the CPU path);
+- :mod:`~paged_lab.kernels.cpu_paged`: that path's decode and prefill in C (AVX-512), built on first use;
 - :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill);
 - :mod:`~paged_lab.kernels.dispatch`: argument checks and ``backend="auto" | "triton" | "torch" | "reference"``.
 

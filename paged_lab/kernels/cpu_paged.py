@@ -1,18 +1,20 @@
-"""Paged decode attention in C for the CPU: the torch backend's decode kernel where it can run.
+"""Paged attention in C for the CPU: the torch backend's kernels where they can run.
 
 The torch path (:mod:`~paged_lab.kernels.torch_paged`) gathers every sequence's blocks into a padded
 copy, zeroes the padding and calls SDPA with a mask. That is about ten torch ops per layer and a
 copy of all K and V. On the development machine it cost 5-9 ms of a 25-45 ms decode step.
-``csrc/paged_attention.c`` does the same math in one call per layer. It stores the new tokens' K/V, then
-reads each sequence's K and V rows straight from the cache through its block table, once. It uses
-AVX-512 over ``head_dim`` and torch's OpenMP threads over (sequence, KV head). Its comment gives the
-algorithm, and :mod:`~paged_lab.kernels.reference` stays the readable truth that tests hold it to.
+``csrc/paged_attention.c`` does the same math in one call per layer. For a decode it stores the new
+tokens' K/V, then reads each sequence's K and V rows straight from the cache through its block table,
+once, in memory order. A prefill's query tokens each attend causally the same way. It uses AVX-512 over
+``head_dim`` and torch's OpenMP threads over sequences (decode) or query tokens (prefill). Its comment
+gives the algorithm, and :mod:`~paged_lab.kernels.reference` stays the readable truth that tests hold it
+to. ``benchmarks/cpu_attention_bench.py`` measures it against the torch path.
 
-The kernel is compiled on first use with the system C compiler (under a second) into
+The library is compiled on first use with the system C compiler (under a second) into
 ``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. :func:`usable` says
 whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
-a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16. Then the torch path
-runs instead. :func:`why_unavailable` says why.
+a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16 up to 256. Then the torch
+path runs instead. :func:`why_unavailable` says why the library is not loaded.
 Results match the torch path to about 1e-6: the same fp32 math, summed in another order.
 """
 
@@ -48,16 +50,19 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
 
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
     lib_path = cache_root() / "kernels" / f"paged_attention-{key}.so"
-    if not lib_path.exists():
-        lib_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            return None, f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
-        os.replace(tmp, lib_path)  # atomic: another process sees the whole library or none
-    # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
-    lib = ctypes.CDLL(str(lib_path))
+    try:
+        if not lib_path.exists():
+            lib_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+            proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                return None, f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
+            os.replace(tmp, lib_path)  # atomic: another process sees the whole library or none
+        # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
+        lib = ctypes.CDLL(str(lib_path))
+    except OSError as e:  # a read-only cache folder, a compiler that cannot run, a library that cannot load
+        return None, f"could not build or load {lib_path.name}: {e}"
     p, n = ctypes.c_void_p, ctypes.c_long
     lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
     lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
@@ -74,12 +79,12 @@ def _lib() -> ctypes.CDLL | None:
 
 
 def available() -> bool:
-    """True when the compiled kernel is loaded (it is built on the first call)."""
+    """True when the compiled library is loaded (it is built on the first call)."""
     return _lib() is not None
 
 
 def why_unavailable() -> str | None:
-    """None when the kernel is loaded, else why the torch path runs instead."""
+    """None when the library is loaded, else why the torch path runs instead."""
     _lib()
     return _state["why"]
 
@@ -88,7 +93,7 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> boo
     """Whether :func:`store_and_decode` and :func:`prefill` take these tensors (else use the torch path)."""
     return (q.device.type == "cpu" and q.dtype == torch.float32 and k_cache.dtype == torch.float32
             and v_cache.dtype == torch.float32 and k_cache.is_contiguous() and v_cache.is_contiguous()
-            and q.shape[-1] % 16 == 0 and q.shape[1] % k_cache.shape[2] == 0
+            and q.shape[-1] % 16 == 0 and q.shape[-1] <= 256 and q.shape[1] % k_cache.shape[2] == 0
             and q.shape[1] // k_cache.shape[2] <= 64 and available())
 
 
