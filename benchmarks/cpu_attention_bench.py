@@ -15,24 +15,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
 
 import torch
 
 from paged_lab.kernels import cpu_paged, torch_paged
+from paged_lab.kernels.bench import median_ms
 
 LAYERS, BLOCKS, BS, KVH, H, D = 30, 256, 16, 3, 9, 64
-
-
-def _median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def main() -> int:
@@ -73,9 +62,9 @@ def main() -> int:
     try:
         for name, fn in cases:
             torch_paged.USE_CPU_KERNEL = False
-            a, want = _median_ms(fn, args.repeats), fn()
+            a, want = median_ms(fn, device="cpu", warmup=1, iters=args.repeats), fn()
             torch_paged.USE_CPU_KERNEL = True
-            b, got = _median_ms(fn, args.repeats), fn()
+            b, got = median_ms(fn, device="cpu", warmup=1, iters=args.repeats), fn()
             diff = max((x - y).abs().max().item() for x, y in zip(got, want))
             assert diff < 1e-4, (name, diff)
             print(f"{name:<26}{a:>10.2f}{b:>8.2f}{a / b:>10.2f}x{diff:>12.1e}")

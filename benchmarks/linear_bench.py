@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
 
 import torch
 
 from paged_lab.engine.linear import Linear, can_prepack
 from paged_lab.engine.llama import PREPACK_BATCH_HINT
+from paged_lab.kernels.bench import median_ms
 
 HIDDEN, INTER, Q, KV, VOCAB, LAYERS = 576, 1536, 576, 192, 49152, 30
 ROWS = (1, 4, 8, 64)
@@ -32,14 +31,7 @@ def _median_ms(lins, x: dict, repeats: int) -> float:
             for lin in layer.values():
                 lin.parts(x[lin.weights[0].shape[1]])  # the input of matching width
 
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    return median_ms(run, device="cpu", warmup=3, iters=repeats)
 
 
 def main() -> int:

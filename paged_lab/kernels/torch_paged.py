@@ -48,7 +48,7 @@ class GatherPlan:
     mask: torch.Tensor | None = None
     store_slots: torch.Tensor | None = None
     store_rows: torch.Tensor | None = None
-    lens: torch.Tensor | None = None  # long [S]: the context lengths (what the C decode kernel reads)
+    lens: torch.Tensor | None = None  # long [S]: the context lengths (what the C kernels read, with table)
 
 
 def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
@@ -142,7 +142,9 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
-        return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, block_tables, context_lens, scale)
+        # the step's plan holds the tables and lengths as int64 already: no conversion per layer
+        tables, lens = (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
+        return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
@@ -191,7 +193,8 @@ def paged_attention_prefill(
     if num_tokens == 0:
         return torch.empty_like(q)
     if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
-        return cpu_paged.prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale)
+        tables, lens = (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
+        return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
