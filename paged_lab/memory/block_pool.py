@@ -6,14 +6,15 @@ The pool knows nothing about sequences. It hands out block ids and takes them ba
 * The free queue hands out the **least recently freed** block first. A freed block keeps its
   content (and, when it was full, its prefix-cache hash) until it is handed out again, so the
   oldest cached content is evicted first -- an LRU cache for free.
-* ``cached`` maps a block hash (see ``prefix_cache``) to the block that holds that content. Touching a cached block that
-  waits in the free queue takes it out of the queue again (a cache hit on a finished sequence).
+* ``cached`` maps a block hash (see ``prefix_cache``) to the block that holds that content. Touching
+  a cached block that waits in the free queue takes it out of the queue again (a cache hit on a
+  finished sequence).
 
-Every operation is O(1) and independent of ``num_blocks``. The free queue is a doubly linked list
+Every operation is O(1), whatever ``num_blocks`` is. The free queue is a doubly linked list
 threaded through two integer arrays (vLLM's ``FreeKVCacheBlockQueue`` links block objects the
 same way), so it can pop its oldest block and unlink any block from the middle in O(1). The
-per-block state lives in ``array``s, not lists: Python's garbage collector never has to walk them,
-so a pool of a million blocks costs no more per operation than a pool of a thousand.
+per-block state lives in ``array``s, not lists: Python's garbage collector never walks them, so a
+pool of a million blocks costs no more per operation than a pool of a thousand.
 """
 
 from __future__ import annotations
@@ -21,82 +22,82 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 
+from paged_lab._checks import check_int
 from paged_lab.memory.errors import InvalidBlockConfig, OutOfBlocks
 
-
-def _check_positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidBlockConfig(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+NOT_QUEUED = -1  # prev[b] of a block that is not in the free queue
 
 
 class FreeBlockQueue:
     """Free block ids, oldest freed first: O(1) ``popleft``, ``append`` and ``remove``.
 
-    ``nxt[b]`` / ``prv[b]`` link block ``b`` to its neighbours; index ``n`` is a sentinel that is
-    both head and tail, and ``prv[b] == -1`` marks a block that is not in the queue.
+    ``next[b]`` / ``prev[b]`` link block ``b`` to its neighbours. Index ``num_blocks`` is the
+    sentinel: its ``next`` is the first (oldest) block and its ``prev`` the last (newest).
     """
 
     def __init__(self, num_blocks: int):
-        n = self._sentinel = num_blocks
-        self.nxt = array("q", range(1, n + 2))  # 0 -> 1 -> ... -> n-1 -> sentinel
-        self.prv = array("q", range(-1, n))  # sentinel <- 0 <- 1 ... and n-1 <- sentinel
-        self.nxt[n], self.prv[0] = 0, n  # close the ring: the sentinel's next is the first block
-        self._len = n
+        self.sentinel = num_blocks
+        # At first every block is free, in id order: sentinel -> 0 -> 1 -> ... -> n-1 -> sentinel.
+        self.next = array("q", range(1, num_blocks + 2))
+        self.prev = array("q", range(-1, num_blocks))
+        self.next[self.sentinel] = 0
+        self.prev[0] = self.sentinel
+        self.size = num_blocks
 
     def __len__(self) -> int:
-        return self._len
+        return self.size
 
     def __contains__(self, b: int) -> bool:
-        return 0 <= b < self._sentinel and self.prv[b] != -1
+        return 0 <= b < self.sentinel and self.prev[b] != NOT_QUEUED
 
     def __iter__(self) -> Iterator[int]:
-        b = self.nxt[self._sentinel]
-        while b != self._sentinel:
+        b = self.next[self.sentinel]
+        while b != self.sentinel:
             yield b
-            b = self.nxt[b]
+            b = self.next[b]
 
     def popleft(self) -> int:
-        s, nxt = self._sentinel, self.nxt
-        b = nxt[s]
-        n = nxt[b]  # (remove(b) inlined: this runs once per block handed out)
-        nxt[s], self.prv[n] = n, s
-        self.prv[b] = -1
-        self._len -= 1
+        """Take the oldest free block out of the queue."""
+        b = self.next[self.sentinel]
+        self.remove(b)
         return b
 
     def remove(self, b: int) -> None:
-        p, n = self.prv[b], self.nxt[b]
-        self.nxt[p], self.prv[n] = n, p
-        self.prv[b] = -1
-        self._len -= 1
+        """Unlink block ``b`` from wherever it sits in the queue."""
+        before, after = self.prev[b], self.next[b]
+        self.next[before] = after
+        self.prev[after] = before
+        self.prev[b] = NOT_QUEUED
+        self.size -= 1
 
     def append(self, b: int) -> None:
-        s = self._sentinel
-        last = self.prv[s]
-        self.nxt[last], self.prv[b], self.nxt[b], self.prv[s] = b, last, s, b
-        self._len += 1
+        """Put block ``b`` at the end: it is handed out after every block already waiting."""
+        last = self.prev[self.sentinel]
+        self.next[last] = b
+        self.prev[b] = last
+        self.next[b] = self.sentinel
+        self.prev[self.sentinel] = b
+        self.size += 1
 
 
 class BlockPool:
     def __init__(self, num_blocks: int, block_size: int):
-        self.num_blocks = _check_positive("num_blocks", num_blocks)
-        self.block_size = _check_positive("block_size", block_size)
-        self.refcounts = array("q", [0]) * num_blocks  # all zero: every block is free
-        self.free_queue = FreeBlockQueue(num_blocks)  # hands out 0, 1, 2, ... at first
+        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1, error=InvalidBlockConfig)
+        self.block_size = check_int("block_size", block_size, minimum=1, error=InvalidBlockConfig)
+        self.refcounts = array("q", [0]) * self.num_blocks  # all zero: every block is free
+        self.free_queue = FreeBlockQueue(self.num_blocks)  # hands out 0, 1, 2, ... at first
         self.block_hash: dict[int, bytes] = {}  # cached block -> its hash
         self.cached: dict[bytes, int] = {}  # block hash -> block id
 
     # -- counts -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return self.free_queue._len  # (not len(): that is one more Python call, on a hot path)
+        return len(self.free_queue)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - self.free_queue._len
+        return self.num_blocks - len(self.free_queue)
 
-    # -- taking and returning blocks ----------------------------------------------------------
     def peek_free(self, n: int) -> list[int]:
         """The next ``n`` blocks the free queue would hand out (for explanations; O(n))."""
         out = []
@@ -106,13 +107,14 @@ class BlockPool:
             out.append(b)
         return out
 
-    def allocate(self) -> tuple[int, int | None]:
+    # -- taking and returning blocks ----------------------------------------------------------
+    def allocate(self) -> tuple[int, bytes | None]:
         """Take the least recently freed block. Returns ``(block_id, evicted_hash_or_None)``."""
-        if not self.free_queue._len:
+        if not self.free_queue:
             raise OutOfBlocks(1, 0, "allocating a block")
         b = self.free_queue.popleft()
         self.refcounts[b] = 1
-        evicted = self.block_hash.get(b) if self.block_hash else None
+        evicted = self.block_hash.get(b)
         if evicted is not None:  # its old content is about to be overwritten: forget it
             self.uncache(b)
         return b, evicted
@@ -125,9 +127,8 @@ class BlockPool:
 
     def release(self, b: int) -> bool:
         """One table fewer holds ``b``. Returns True when it became free (joins the queue's end)."""
-        refcounts = self.refcounts
-        refcounts[b] -= 1
-        if refcounts[b] == 0:
+        self.refcounts[b] -= 1
+        if self.refcounts[b] == 0:
             self.free_queue.append(b)
             return True
         return False

@@ -42,3 +42,20 @@ def block_hashes(token_ids: Sequence[int], block_size: int,
         parent = hash_block(parent, token_ids[start:start + block_size], extra_key)
         hashes.append(parent)
     return hashes
+
+
+def find_cached_prefix(cached: dict[BlockHash, int], token_ids: Sequence[int], block_size: int,
+                       extra_key: Hashable | None = None) -> tuple[list[int], list[BlockHash]]:
+    """``(hits, hashes)``: the cached blocks that hold the longest prefix of ``token_ids``, and the
+    hash of every full block. ``cached`` maps a block hash to the block holding that content.
+
+    The last prompt token is always computed (its logits start decoding), so at most
+    floor((len - 1) / block_size) blocks can be reused.
+    """
+    hashes = block_hashes(token_ids, block_size, extra_key)
+    hits: list[int] = []
+    for h in hashes[:(len(token_ids) - 1) // block_size]:
+        if h not in cached:
+            break
+        hits.append(cached[h])
+    return hits, hashes

@@ -1,0 +1,23 @@
+"""The one integer validator: every argument that must be a whole number goes through it.
+
+``bool`` is refused although Python counts it as an int (``max_num_seqs=True`` is a bug, not 1);
+numpy integers are accepted and returned as plain ``int``.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None,
+              error: type[Exception] = ValueError) -> int:
+    """Return ``value`` as an int, or raise ``error`` naming ``name`` and the limit it broke.
+
+    >>> check_int("max_num_seqs", 4, minimum=1)
+    4
+    """
+    is_int = isinstance(value, Integral) and not isinstance(value, bool)
+    if is_int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+        return int(value)
+    limits = [f"{op} {limit}" for op, limit in ((">=", minimum), ("<=", maximum)) if limit is not None]
+    raise error(f"{name} must be an integer {' and '.join(limits)}".rstrip() + f", got {value!r}")

@@ -1,0 +1,51 @@
+"""The bookkeeping rules a BlockManager must keep after every operation.
+
+Tests (and the property tests' random operation sequences) call ``bm.check_invariants()`` after
+each step; it raises BlockManagerError naming the first rule that is broken:
+
+1. A block appears at most once in a table, and a table holds ``blocks_for(num_tokens)`` blocks.
+2. ``refcount[b]`` equals the number of tables that hold ``b``.
+3. A block is in the free queue exactly when its refcount is 0.
+4. Tables that share a block agree on how many tokens it holds; ``usage`` counts those once.
+5. A cached block is a full block, registered under its own hash.
+6. Prefix-cache hits never exceed queries.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from paged_lab.memory.errors import BlockManagerError
+
+
+def check_invariants(bm) -> None:
+    """Raise BlockManagerError when ``bm`` breaks one of the rules above."""
+    fill = _check_tables(bm)
+    holders = Counter(b for s in bm._seqs.values() for b in s.table)  # block -> tables holding it
+    for b in range(bm.num_blocks):
+        if holders[b] != bm.pool.refcounts[b]:
+            raise BlockManagerError(f"block {b}: refcount {bm.pool.refcounts[b]} but {holders[b]} tables")
+        if (holders[b] == 0) != (b in bm.pool.free_queue):
+            raise BlockManagerError(f"block {b}: refcount {holders[b]} disagrees with the free queue")
+    if sum(fill.values()) != bm._used_slots:
+        raise BlockManagerError(f"used slots {bm._used_slots} != {sum(fill.values())}")
+    for h, b in bm.pool.cached.items():
+        if bm.pool.block_hash.get(b) != h or fill.get(b, bm.block_size) != bm.block_size:
+            raise BlockManagerError(f"cached block {b} is not a full block under its hash")
+    if bm.stats.prefix_cache_hits > bm.stats.prefix_cache_queries:
+        raise BlockManagerError("prefix-cache hits exceed queries")
+
+
+def _check_tables(bm) -> dict[int, int]:
+    """Rules 1 and 4. Returns ``{used block: tokens it holds}``."""
+    fill: dict[int, int] = {}
+    for sid, s in bm._seqs.items():
+        if len(set(s.table)) != len(s.table):
+            raise BlockManagerError(f"seq {sid!r}: a block appears twice in {s.table}")
+        if len(s.table) != bm.blocks_for(len(s.token_ids)):
+            raise BlockManagerError(f"seq {sid!r}: {len(s.table)} blocks for {len(s.token_ids)} tokens")
+        for i, b in enumerate(s.table):
+            tokens = min(bm.block_size, len(s.token_ids) - i * bm.block_size)
+            if fill.setdefault(b, tokens) != tokens:
+                raise BlockManagerError(f"block {b}: the tables that share it disagree on its tokens")
+    return fill
