@@ -8,9 +8,8 @@ table* lists the physical block ids in logical order, so token ``pos`` lives in 
 The manager never touches tensors: it decides *where* every token's K and V go. When it must copy
 a block (copy-on-write) it returns a :class:`CowAction` and the caller copies the KV tensors.
 
-Every operation is all-or-nothing: it checks first (free blocks, hashes), then changes state, so
-an exception leaves the manager exactly as it was. Vocabulary and split follow vLLM's
-KVCacheManager and nano-vllm's ``block_manager.py``.
+Every operation checks first, then changes state: an exception leaves the manager as it was.
+Vocabulary and split follow vLLM's KVCacheManager and nano-vllm's ``block_manager.py``.
 """
 
 from __future__ import annotations
@@ -20,13 +19,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from paged_lab.memory.block_pool import BlockPool
-from paged_lab.memory.errors import (
-    DuplicateSequence,
-    InvalidArgument,
-    OutOfBlocks,
-    UnknownSequence,
-)
-from paged_lab.memory.events import Event, PoolState
+from paged_lab.memory.errors import DuplicateSequence, InvalidArgument, OutOfBlocks, UnknownSequence
+from paged_lab.memory.events import BlockManagerStats, Event, PoolState
 from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import find_cached_prefix, hash_block
 
@@ -38,22 +32,8 @@ class CowAction(NamedTuple):
     dst: int
 
 
-@dataclass
-class BlockManagerStats:
-    prefix_cache_queries: int = 0  # prompt tokens looked up (vLLM counts in tokens)
-    prefix_cache_hits: int = 0  # of those, tokens whose KV was reused
-    num_cow: int = 0  # copy-on-write copies
-    num_evictions: int = 0  # cached blocks overwritten with new content
-
-    @property
-    def hit_rate(self) -> float:
-        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
-
-
 @dataclass(slots=True)
-class _Seq:
-    """What the manager knows about one sequence."""
-
+class _Seq:  # what the manager knows about one sequence
     table: list[int]  # physical block ids, in logical order
     token_ids: list[int]  # every token that has a slot: the block contents
     hashes: list[bytes] = field(default_factory=list)  # chained hash of each full block (caching on)
@@ -153,14 +133,12 @@ class BlockManager:
         return find_cached_prefix(self.pool.cached, token_ids, self.block_size, extra_key)
 
     def _blocks_to_take(self, num_tokens: int, hits: list[int]) -> int:
-        """Free blocks an allocation takes: the new blocks, plus the cache hits that wait in the
-        free queue (a finished sequence's cached blocks come back to life)."""
+        """Free blocks an allocation takes: the new blocks, plus cache hits revived from the free queue."""
         revived = sum(1 for b in hits if self.pool.refcounts[b] == 0)
         return self.blocks_for(num_tokens) - len(hits) + revived
 
     def num_blocks_needed(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> int:
-        """Free blocks ``allocate`` would take. Pass token ids (not a count) to account for
-        prefix-cache hits."""
+        """Free blocks ``allocate`` would take. Pass token ids (not a count) to count cache hits."""
         if isinstance(tokens, int):
             return self.blocks_for(tokens)
         hits, _ = self._cached_prefix(tokens, extra_key)
@@ -193,18 +171,9 @@ class BlockManager:
             self._emit("evict", seq_id, (b,))
         return b
 
-    def _cache_full_block(self, s: _Seq, seq_id, b: int, block_hash: bytes) -> None:
-        """Block ``b`` of ``s`` just became full: remember its hash so later prompts can reuse it."""
-        s.hashes.append(block_hash)
-        if self.pool.cache(b, block_hash):
-            self._emit("cache", seq_id, (b,))
-
     def allocate(self, seq_id, token_ids: Sequence[int], extra_key: Hashable | None = None) -> list[int]:
-        """Give a new sequence its block table for the prompt ``token_ids`` and return it.
-
-        With prefix caching, the longest chain of cached full blocks is reused (also blocks of
-        finished sequences still waiting in the free queue); ``extra_key`` salts the hashes.
-        """
+        """Give a new sequence its block table for the prompt ``token_ids`` and return it. With prefix
+        caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
@@ -215,21 +184,21 @@ class BlockManager:
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
-
         s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, len(hits) * self.block_size)
         self._reuse_cached_blocks(s, seq_id, hits)
         while len(s.table) < self.blocks_for(n):  # the new blocks: full, except maybe the last
             s.table.append(self._take_block(seq_id))
         self._used_slots += n - s.num_cached_tokens
         self._emit("allocate", seq_id, s.table, n)
-        newly_cached = [s.table[i] for i in range(len(hits), len(hashes)) if self.pool.cache(s.table[i], hashes[i])]
+        new_full = zip(s.table[len(hits):len(hashes)], hashes[len(hits):])
+        newly_cached = [b for b, h in new_full if self.pool.cache(b, h)]
         if newly_cached:  # the new full blocks can be reused from now on
             self._emit("cache", seq_id, newly_cached)
         return list(s.table)
 
     def _reuse_cached_blocks(self, s: _Seq, seq_id, hits: list[int]) -> None:
-        """Put the prefix-cache hits at the start of ``s``'s table. They are touched before any new
-        block is taken, so that taking one can never evict them."""
+        """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
+        must never evict them)."""
         if self.enable_prefix_caching:
             self.stats.prefix_cache_queries += len(s.token_ids)
             self.stats.prefix_cache_hits += s.num_cached_tokens
@@ -257,17 +226,19 @@ class BlockManager:
         s.token_ids.append(token_id)
         self._used_slots += 1
         self._emit("append", seq_id, (s.table[-1],), n + 1)
-        if new_hash is not None:
-            self._cache_full_block(s, seq_id, s.table[-1], new_hash)
+        if new_hash is not None:  # the token filled its block: later prompts may reuse it
+            s.hashes.append(new_hash)
+            if self.pool.cache(s.table[-1], new_hash):
+                self._emit("cache", seq_id, (s.table[-1],))
         return cow
 
     def _hash_if_fills_block(self, s: _Seq, token_id: int) -> bytes | None:
         """With prefix caching, the hash of the block that ``token_id`` fills; else None."""
-        n, bs = len(s.token_ids) + 1, self.block_size  # tokens once token_id is in
-        if not self.enable_prefix_caching or n % bs:
+        n = len(s.token_ids) + 1  # tokens once token_id is in
+        if not self.enable_prefix_caching or n % self.block_size:
             return None
         parent = s.hashes[-1] if s.hashes else None
-        return hash_block(parent, s.token_ids[n - bs:] + [token_id], s.extra_key)
+        return hash_block(parent, s.token_ids[n - self.block_size:] + [token_id], s.extra_key)
 
     def _copy_on_write(self, s: _Seq, seq_id) -> CowAction:
         """Give ``s`` its own copy of its shared, partly filled last block."""
@@ -295,9 +266,8 @@ class BlockManager:
         return list(p.table)
 
     def free(self, seq_id) -> None:
-        """Drop the sequence's table. Blocks nobody else holds join the free queue's end, last
-        block first, so a shared prefix outlives its tail; their cached content stays reusable
-        until the block is handed out again."""
+        """Drop the sequence's table. Blocks nobody else holds join the free queue's end, last block
+        first, so a shared prefix outlives its tail; cached content stays until the block is reused."""
         s = self._seq(seq_id)
         for i in reversed(range(len(s.table))):
             if self.pool.release(s.table[i]):
@@ -314,17 +284,11 @@ class BlockManager:
     # -- inspection ---------------------------------------------------------------------------
     def state(self) -> PoolState:
         """The live pool as a PoolState (what ``replay(bm.events, ...)`` must rebuild)."""
-        return PoolState(
-            num_blocks=self.num_blocks,
-            refcounts=list(self.pool.refcounts),
-            tables={sid: list(s.table) for sid, s in self._seqs.items()},
-            num_tokens={sid: len(s.token_ids) for sid, s in self._seqs.items()},
-            free_queue=list(self.pool.free_queue),
-            cached=set(self.pool.cached.values()),
-            last=self.events[-1] if self.events else None,
-        )
+        tables = {sid: list(s.table) for sid, s in self._seqs.items()}
+        num_tokens = {sid: len(s.token_ids) for sid, s in self._seqs.items()}
+        return PoolState(self.num_blocks, list(self.pool.refcounts), tables, num_tokens, list(self.pool.free_queue),
+                         set(self.pool.cached.values()), self.events[-1] if self.events else None)
 
     def check_invariants(self) -> None:
-        """Raise BlockManagerError when any bookkeeping rule is broken (tests call it every step).
-        The rules are listed in ``paged_lab.memory.invariants``."""
+        """Raise BlockManagerError if a rule of ``paged_lab.memory.invariants`` is broken."""
         check_invariants(self)

@@ -53,6 +53,20 @@ class Event:
 
 
 @dataclass
+class BlockManagerStats:
+    """Counters of what the event log records (kept even when ``record_events`` is off)."""
+
+    prefix_cache_queries: int = 0  # prompt tokens looked up (vLLM counts in tokens)
+    prefix_cache_hits: int = 0  # of those, tokens whose KV was reused
+    num_cow: int = 0  # copy-on-write copies
+    num_evictions: int = 0  # cached blocks overwritten with new content
+
+    @property
+    def hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+@dataclass
 class PoolState:
     """What the pool looks like after some prefix of the event log."""
 
