@@ -25,87 +25,18 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter
-from typing import NamedTuple
 
-from paged_lab.memory import errors as _memory_errors
+from paged_lab._checks import check_int
+from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.sequence import Sequence, SequenceStatus
-
-# The allocators signal "no free block" with this (all-or-nothing: nothing changed).
-OutOfBlocks = getattr(_memory_errors, "OutOfBlocksError", None) or _memory_errors.OutOfBlocks
-RUNNING = SequenceStatus.RUNNING
 
 MODES = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
+RUNNING, WAITING, SWAPPED = SequenceStatus.RUNNING, SequenceStatus.WAITING, SequenceStatus.SWAPPED
 
 
 class RequestTooLargeError(ValueError):
     """The request can never fit in the pool, even alone; it is rejected, the others go on."""
-
-
-class ScheduledSeq(NamedTuple):
-    """Compute the KV of ``seq.token_ids[start:end]`` this step."""
-
-    seq: Sequence
-    start: int
-    end: int
-    is_prefill: bool
-    samples: bool = True  # end reaches the last token: sample one token from the last position
-
-    @property
-    def num_tokens(self) -> int:
-        return self.end - self.start
-
-
-@dataclass
-class SchedulerOutput:
-    """What one step computes. Engine order: swap_out, swap_in, cow_copies, then the forward."""
-
-    step: int
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    cow_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) block copies
-    preempted: list[Sequence] = field(default_factory=list)
-    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu_block, cpu_block)
-    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu_block, gpu_block)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.end - s.start for s in self.scheduled)
-
-    # These two run every step of a simulation: the scan over all entries stays in C (map,
-    # compress), Python only touches the few prefill entries.
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(s.end - s.start for s in self.prefills)
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return len(self.scheduled) - len(self.prefills)
-
-    @property
-    def prefills(self) -> list[ScheduledSeq]:
-        """The scheduled prefill (or prefill chunk) entries, in order."""
-        return list(compress(self.scheduled, map(_is_prefill, self.scheduled)))
-
-    @property
-    def sampling(self) -> list[ScheduledSeq]:
-        """The scheduled entries that sample a token, in the order ``update`` expects their ids."""
-        return list(compress(self.scheduled, map(_samples, self.scheduled)))  # C loop: runs every step
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
-
-
-_samples, _is_prefill = attrgetter("samples"), attrgetter("is_prefill")
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class Scheduler:
@@ -120,22 +51,20 @@ class Scheduler:
                  num_cpu_blocks: int | None = None):
         if block_manager is None:
             raise ValueError("block_manager must be a BlockManager or ContiguousAllocator, got None")
-        self.max_num_seqs = _check_int("max_num_seqs", max_num_seqs, 1)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if preemption not in PREEMPTION:
             raise ValueError(f"preemption must be one of {PREEMPTION}, got {preemption!r}")
-        if max_num_batched_tokens is not None:
-            _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
-        self.block_manager = self.allocator = block_manager
+        self.max_num_seqs = check_int("max_num_seqs", max_num_seqs, minimum=1)
+        self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
+            "max_num_batched_tokens", max_num_batched_tokens, minimum=1)
+        self.block_manager = self.allocator = block_manager  # either kind: "allocator" says so
         self.mode, self.preemption = mode, preemption
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.block_size = block_manager.block_size
-        self.num_blocks = block_manager.num_blocks
+        self.block_size, self.num_blocks = block_manager.block_size, block_manager.num_blocks
         # The most KV slots one sequence can ever hold: the whole pool, or one reservation.
         self.max_slots_per_seq = getattr(block_manager, "max_seq_len", self.num_blocks * self.block_size)
-        self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else _check_int(
-            "num_cpu_blocks", num_cpu_blocks, 0)
+        self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
+            "num_cpu_blocks", num_cpu_blocks, minimum=0)
         self._cpu_free = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() hands out 0 first
         self._cpu_tables: dict = {}  # seq_id -> CPU blocks holding its swapped-out KV
         self.waiting: deque[Sequence] = deque()
@@ -143,7 +72,6 @@ class Scheduler:
         self.swapped: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
-        self.num_finished = 0
         self._live_ids: set = set()
         self._last_out: SchedulerOutput | None = None
 
@@ -152,7 +80,7 @@ class Scheduler:
         """Queue ``seq``. Raises RequestTooLargeError when it could never fit, even alone."""
         if not isinstance(seq, Sequence):
             raise TypeError(f"seq must be a paged_lab.sched.Sequence, got {type(seq).__name__}")
-        if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens:
+        if seq.status is not WAITING or seq.num_computed_tokens:
             raise ValueError(f"seq {seq.seq_id!r} was already scheduled (status={seq.status.value})")
         if seq.seq_id in self._live_ids:
             raise ValueError(f"seq_id={seq.seq_id!r} is already queued or running; pick a new id")
@@ -192,130 +120,117 @@ class Scheduler:
         out = SchedulerOutput(self.step_count)
         self.step_count += 1
         self.allocator.clock = out.step
-        # No cap: a budget no step can spend (an int, so the hot loop stays in int arithmetic).
-        budget = self.max_num_batched_tokens or sys.maxsize
+        budget = self.max_num_batched_tokens or sys.maxsize  # tokens this step may compute
         budget = self._schedule_running(out, budget)
-        if out.preempted:
-            return self._done(out)
-        if self.swapped:
+        if not out.preempted:  # nobody is admitted in a step that had to preempt
             budget = self._swap_in(out, budget)
-        if self.swapped or (self.mode == "static" and self.running):
-            return self._done(out)  # static: the batch still runs, so its free windows stay idle
-        self._admit(out, budget)
-        return self._done(out)
-
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Step 1: every running sequence, oldest first, while the token budget lasts. Runs once
-        per running sequence per step -- the hot loop of a simulation -- so it keeps lookups local.
-        Returns the budget left."""
-        append_token, add = self.allocator.append_token, out.scheduled.append
-        new_entry = tuple.__new__  # ScheduledSeq without NamedTuple's argument parsing
-        # Preemption pops victims off the end of ``running`` (newest first, never one already
-        # scheduled), so whatever is left in it afterwards is exactly the running set.
-        running = self.running  # oldest first
-        for seq in running:  # (a list iterator simply stops earlier when victims are popped)
-            if budget <= 0:  # out of token budget this step: the rest keep their blocks and wait
-                break
-            c = seq.num_computed_tokens
-            if c < seq.prefill_end:  # a chunked prefill goes on; its slots exist since admission
-                end = min(seq.prefill_end, c + budget)
-                budget -= end - c
-                add(ScheduledSeq(seq, c, end, True, end == len(seq.token_ids)))
-                continue
-            # Decode: the token sampled last step needs a slot before its KV is computed.
-            # append_token is all-or-nothing, so trying it is the cheapest can_append.
-            ids = seq.token_ids
-            try:
-                cow = append_token(seq.seq_id, ids[-1])
-            except OutOfBlocks:
-                cow = self._make_room(seq, out)
-                if seq.status is not RUNNING:
-                    continue
-            if cow is not None:
-                out.cow_copies.append((cow[0], cow[1]))
-            n = len(ids)
-            add(new_entry(ScheduledSeq, (seq, n - 1, n, False, True)))
-            budget -= 1
-        return budget
-
-    def _make_room(self, seq: Sequence, out: SchedulerOutput):
-        """Preempt the newest running sequences until ``seq`` gets its slot -- or ``seq`` itself,
-        when it is the newest left. Victims are popped off the end of ``running``: everything
-        after ``seq`` there is not scheduled yet this step."""
-        while True:
-            self._preempt(self.running.pop(), out)
-            if seq.status is not RUNNING:
-                return None
-            try:
-                return self.allocator.append_token(seq.seq_id, seq.token_ids[-1])
-            except OutOfBlocks:
-                continue
-
-    def _done(self, out: SchedulerOutput) -> SchedulerOutput:
+            static_batch_busy = self.mode == "static" and self.running  # its free windows stay idle
+            if not self.swapped and not static_batch_busy:
+                self._admit(out, budget)
         self._last_out = out
         return out
 
-    def _admit(self, out: SchedulerOutput, budget) -> None:
-        alloc, running, waiting = self.allocator, self.running, self.waiting
-        while waiting and len(running) < self.max_num_seqs and budget > 0:
-            seq = waiting[0]
-            n = len(seq.token_ids)  # a recomputed sequence prefills its outputs too
-            if not alloc.can_allocate(n):
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Step 1: every running sequence, oldest first, while the token budget lasts (the rest
+        keep their blocks and wait). Returns the budget left."""
+        # Preemption pops victims off the end of ``running`` -- never one already scheduled -- so
+        # this loop simply stops earlier, and what is left in ``running`` is the running set.
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if seq.num_computed_tokens < seq.prefill_end:  # a chunked prefill goes on
+                budget -= self._schedule_prefill(seq, out, budget)
+            elif self._reserve_decode_slot(seq, out):
+                out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
+                budget -= 1
+        return budget
+
+    def _schedule_prefill(self, seq: Sequence, out: SchedulerOutput, budget: int) -> int:
+        """The next chunk of ``seq``'s prefill, as long as the budget allows (its slots exist since
+        admission). Returns the chunk's size."""
+        start = seq.num_computed_tokens
+        end = min(seq.prefill_end, start + budget)
+        out.scheduled.append(ScheduledSeq(seq, start, end, True, samples=end == len(seq)))
+        return end - start
+
+    def _reserve_decode_slot(self, seq: Sequence, out: SchedulerOutput) -> bool:
+        """The token sampled last step needs a slot before its KV is computed. While no block is
+        free, preempt the newest running sequence -- ``seq`` itself when it is the newest left, so
+        the oldest always makes progress. Returns False when ``seq`` was preempted."""
+        while not self.allocator.can_append(seq.seq_id):
+            victim = self.running.pop()
+            self._preempt(victim, out)
+            if victim is seq:
+                return False
+        self._append_pending_token(seq, out)
+        return True
+
+    def _append_pending_token(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Give the token sampled last step its slot (its block is copied first if shared)."""
+        cow = self.allocator.append_token(seq.seq_id, seq.token_ids[-1])
+        if cow is not None:
+            out.cow_copies.append((cow.src, cow.dst))
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        """Step 3: waiting sequences, first come first served, while windows and budget last."""
+        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            if not self.allocator.can_allocate(len(seq)):  # a recomputed sequence prefills its outputs too
                 break  # first come, first served: nobody overtakes the head
-            waiting.popleft()
-            alloc.allocate(seq.seq_id, seq.token_ids)
-            c = alloc.num_cached_tokens(seq.seq_id)  # prefix-cache hit: skip those tokens
-            seq.num_computed_tokens, seq.prefill_end = c, n
-            end = min(n, c + budget)
-            budget -= end - c
+            self.waiting.popleft()
+            self.allocator.allocate(seq.seq_id, seq.token_ids)
+            seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
+            seq.prefill_end = len(seq)
             seq.status = RUNNING
             if seq.first_scheduled_step is None:
                 seq.first_scheduled_step = out.step
-            out.scheduled.append(tuple.__new__(ScheduledSeq, (seq, c, end, True, end == n)))
-            running.append(seq)
+            self.running.append(seq)
+            budget -= self._schedule_prefill(seq, out, budget)
 
-    def _swap_in(self, out: SchedulerOutput, budget):
-        alloc = self.allocator
+    def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
+        """Step 2: swapped sequences come back, oldest first, and decode at once."""
         while self.swapped and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.swapped[0]
-            c = seq.num_computed_tokens
-            if not alloc.can_allocate(c + 1):  # its slots, plus room for the pending token
+            if not self.allocator.can_allocate(seq.num_computed_tokens + 1):  # plus the pending token
                 break
             self.swapped.popleft()
-            table = alloc.allocate(seq.seq_id, seq.token_ids[:c])
-            skip = alloc.num_cached_tokens(seq.seq_id) // self.block_size  # already on the GPU
+            table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
+            on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
             cpu = self._cpu_tables.pop(seq.seq_id)
-            out.swap_in.extend(zip(cpu[skip:], table[skip:]))
+            out.swap_in.extend(zip(cpu[on_gpu:], table[on_gpu:]))
             self._cpu_free.extend(reversed(cpu))
-            cow = alloc.append_token(seq.seq_id, seq.token_ids[-1])
-            if cow is not None:
-                out.cow_copies.append((cow[0], cow[1]))
-            seq.status = SequenceStatus.RUNNING
-            n = len(seq.token_ids)
-            out.scheduled.append(ScheduledSeq(seq, n - 1, n, False, True))
-            budget -= 1
+            seq.status = RUNNING
             self.running.append(seq)
+            self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
+            out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
+            budget -= 1
         return budget
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """Take ``seq``'s blocks: swap them to the CPU pool when that is the mode and they fit,
+        else drop them and queue ``seq`` at the front to be prefilled again (recompute)."""
         seq.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(seq)
-        alloc, sid = self.allocator, seq.seq_id
-        if self.preemption == "swap" and seq.num_computed_tokens >= seq.prefill_end:
-            table = alloc.block_table(sid)
-            if len(table) <= len(self._cpu_free):
-                cpu = [self._cpu_free.pop() for _ in table]
-                out.swap_out.extend(zip(table, cpu))
-                self._cpu_tables[sid] = cpu
-                alloc.free(sid)
-                seq.status = SequenceStatus.SWAPPED
-                self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
-                return
-        alloc.free(sid)
+        if self.preemption == "swap" and seq.num_computed_tokens >= seq.prefill_end and self._swap_out(seq, out):
+            return
+        self.allocator.free(seq.seq_id)
         seq.num_computed_tokens = seq.prefill_end = 0
-        seq.status = SequenceStatus.WAITING
+        seq.status = WAITING
         self.waiting.appendleft(seq)
+
+    def _swap_out(self, seq: Sequence, out: SchedulerOutput) -> bool:
+        """Copy ``seq``'s blocks to free CPU blocks and free them. False when the CPU pool is full."""
+        table = self.allocator.block_table(seq.seq_id)
+        if len(table) > len(self._cpu_free):
+            return False
+        cpu = [self._cpu_free.pop() for _ in table]
+        out.swap_out.extend(zip(table, cpu))
+        self._cpu_tables[seq.seq_id] = cpu
+        self.allocator.free(seq.seq_id)
+        seq.status = SWAPPED
+        self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
+        return True
 
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
@@ -323,36 +238,32 @@ class Scheduler:
         ``out.sampling`` (in that order). Returns the sequences that finished this step."""
         if out is not self._last_out:
             raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
-        sampled = list(sampled_token_ids)
-        num_sampling = len(out.sampling)
-        if len(sampled) != num_sampling:
-            raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {num_sampling} sequences "
+        sampled, sampling = list(sampled_token_ids), out.sampling
+        if len(sampled) != len(sampling):
+            raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
                              f"that sample this step (out.sampling)")
         self._last_out = None
-        finished, step = [], out.step
-        if num_sampling != len(out.scheduled):  # some entries only continue a chunked prefill
-            it = iter(sampled)
-            sampled = [next(it) if s.samples else None for s in out.scheduled]
-        # Once per sequence per step: keep it lean.
-        for (seq, _, end, _, samples), token in zip(out.scheduled, sampled):
-            if seq.status is not RUNNING:
-                continue  # finished by the engine between schedule() and update()
-            seq.num_computed_tokens = end
-            if not samples:
-                continue
-            ids = seq.token_ids
-            ids.append(token)
-            if seq.first_token_step is None:
-                seq.first_token_step = step
-            if not seq.ignore_eos and token == seq.eos_token_id:
-                self._finish(seq, "stop", step)
-                finished.append(seq)
-            elif len(ids) - seq.num_prompt_tokens >= seq.max_tokens:
-                self._finish(seq, "length", step)
-                finished.append(seq)
+        for entry in out.scheduled:
+            if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
+                entry.seq.num_computed_tokens = entry.end
+        finished = []
+        for entry, token in zip(sampling, sampled):
+            if entry.seq.status is RUNNING and self._append_sampled(entry.seq, token, out.step):
+                finished.append(entry.seq)
         if finished:
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished
+
+    def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
+        """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
+        seq.append_token(token)
+        if seq.first_token_step is None:
+            seq.first_token_step = step
+        if not seq.ignore_eos and token == seq.eos_token_id:
+            self._finish(seq, "stop", step)
+        elif seq.num_output_tokens >= seq.max_tokens:
+            self._finish(seq, "length", step)
+        return seq.is_finished
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
         if seq.seq_id in self.allocator:
@@ -361,7 +272,6 @@ class Scheduler:
             self._cpu_free.extend(reversed(self._cpu_tables.pop(seq.seq_id)))
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
         self._live_ids.discard(seq.seq_id)
-        self.num_finished += 1
 
     def finish(self, seq: Sequence, reason: str = "stop") -> None:
         """Engine-side stop (a stop string, an abort): free its blocks and drop it from every queue."""
@@ -379,21 +289,21 @@ class Scheduler:
         """Parallel sampling: ``child`` (a new Sequence with the same prompt) shares every block of
         the running ``parent``. ``last_token_id`` replaces the child's copy of the parent's newest
         sampled token (it has no KV yet, so the two may differ without a copy)."""
-        if parent.status is not SequenceStatus.RUNNING or parent.num_computed_tokens < parent.prefill_end:
+        if parent.status is not RUNNING or parent.num_computed_tokens < parent.prefill_end:
             raise ValueError(f"parent {parent.seq_id!r} must be running with its prefill done to fork "
                              f"(status={parent.status.value})")
-        if child.status is not SequenceStatus.WAITING or child.seq_id in self._live_ids:
+        if child.status is not WAITING or child.seq_id in self._live_ids:
             raise ValueError(f"child {child.seq_id!r} must be a new Sequence with an unused seq_id")
         if child.prompt_token_ids != parent.prompt_token_ids:
             raise ValueError(f"child {child.seq_id!r} must have the same prompt as parent {parent.seq_id!r}")
         self._check_fits(child)
-        pending = parent.num_computed_tokens < len(parent.token_ids)
+        pending = parent.num_computed_tokens < len(parent)  # its newest token has no KV yet
         self.allocator.fork(parent.seq_id, child.seq_id)
         child.token_ids = list(parent.token_ids)
         if last_token_id is not None and pending:
             child.token_ids[-1] = last_token_id
         child.num_computed_tokens, child.prefill_end = parent.num_computed_tokens, parent.prefill_end
         child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
-        child.status = SequenceStatus.RUNNING
+        child.status = RUNNING
         self._live_ids.add(child.seq_id)
         self.running.append(child)

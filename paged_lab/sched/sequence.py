@@ -12,18 +12,14 @@ import enum
 from collections.abc import Hashable
 from collections.abc import Sequence as _Seq
 
+from paged_lab._checks import check_int
+
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"  # in the queue: no blocks (new, or preempted by recompute)
     RUNNING = "running"  # holds blocks; scheduled every step it gets a token budget
     SWAPPED = "swapped"  # preempted by swap: its blocks wait in the CPU pool
     FINISHED = "finished"
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class Sequence:
@@ -44,7 +40,7 @@ class Sequence:
         self.name = str(seq_id) if name is None else name  # label in figures ("A".."F")
         self.token_ids: list[int] = prompt
         self.num_prompt_tokens = len(prompt)
-        self.max_tokens = _check_int("max_tokens", max_tokens, 1)
+        self.max_tokens = check_int("max_tokens", max_tokens, minimum=1)
         self.eos_token_id = eos_token_id
         self.ignore_eos = bool(ignore_eos)
         self.num_computed_tokens = 0  # leading tokens whose KV is in the cache
@@ -52,11 +48,15 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None  # "length" | "stop" | "abort" | engine's reason
         # Timing, in scheduler steps (one step = one round of the windows story).
-        self.arrival_step = _check_int("arrival_step", arrival_step, 0)
+        self.arrival_step = check_int("arrival_step", arrival_step, minimum=0)
         self.first_scheduled_step: int | None = None
         self.first_token_step: int | None = None
         self.finish_step: int | None = None
         self.num_preemptions = 0
+
+    def append_token(self, token_id: int) -> None:
+        """Record a sampled token (its KV is computed by the next step)."""
+        self.token_ids.append(token_id)
 
     # -- views ---------------------------------------------------------------------------------
     @property

@@ -169,7 +169,6 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
                 sched.add_request(seq)
             except RequestTooLargeError as e:
                 rejected.append((seq.name, str(e)))
-        sched.step_count = step  # idle steps (nobody has arrived yet) still count
         out = sched.schedule()
         for seq in out.preempted:
             if seq.seq_id in window_of:
@@ -193,8 +192,6 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
         # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``),
         # from a per-request base: one big-int add per token, this runs for every token.
         sampled = [token_base[e.seq.seq_id] + e.end for e in out.sampling]
-        prefills = out.prefills  # (the decodes are all the others)
-        prefill, decode = sum(end - start for _, start, end, _, _ in prefills), len(scheduled) - len(prefills)
         # The state during this step's forward: who holds a window, what the pool holds.
         used, reserved, ext = memory_stats(alloc)
         counts = (len(sched.running), len(sched.waiting), len(sched.swapped))
@@ -207,7 +204,7 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
             heapq.heappush(free_windows, w)
         done.extend(finished)
         steps.append((step, *counts, used / total_slots, used, reserved, used / reserved if reserved else 0.0,
-                      reserved - used, ext, len(out.preempted), prefill, decode, len(finished)))
+                      reserved - used, ext, len(out.preempted), out.num_prefill_tokens, out.num_decode_tokens, len(finished)))
         step += 1
     cols = {c: list(v) for c, v in zip(TIMELINE_COLUMNS, zip(*steps))} if steps else {c: [] for c in TIMELINE_COLUMNS}
     for seq in sorted(done, key=lambda s: s.seq_id):
