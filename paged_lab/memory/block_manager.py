@@ -134,8 +134,8 @@ class BlockManager:
 
     def _blocks_to_take(self, num_tokens: int, hits: list[int]) -> int:
         """Free blocks an allocation takes: the new blocks, plus cache hits revived from the free queue."""
-        revived = sum(1 for b in hits if self.pool.refcounts[b] == 0)
-        return self.blocks_for(num_tokens) - len(hits) + revived
+        revived = [b for b in hits if self.pool.refcounts[b] == 0]
+        return self.blocks_for(num_tokens) - len(hits) + len(revived)
 
     def num_blocks_needed(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> int:
         """Free blocks ``allocate`` would take. Pass token ids (not a count) to count cache hits."""
@@ -186,7 +186,7 @@ class BlockManager:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
         s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, len(hits) * self.block_size)
         self._reuse_cached_blocks(s, seq_id, hits)
-        while len(s.table) < self.blocks_for(n):  # the new blocks: full, except maybe the last
+        for _ in range(self.blocks_for(n) - len(hits)):  # the new blocks: full, except maybe the last
             s.table.append(self._take_block(seq_id))
         self._used_slots += n - s.num_cached_tokens
         self._emit("allocate", seq_id, s.table, n)
@@ -215,8 +215,9 @@ class BlockManager:
         shared (refcount > 1) and had to be copied first; the caller copies the KV tensors."""
         s = self._seq(seq_id)
         n = len(s.token_ids)  # tokens before this one
-        cow = None
-        new_hash = self._hash_if_fills_block(s, token_id)  # (before any change: all-or-nothing)
+        cow = new_hash = None
+        if self.enable_prefix_caching and (n + 1) % self.block_size == 0:  # the token fills its block:
+            new_hash = self._hash_full_block(s, token_id)  # name it (before any change: all-or-nothing)
         if n % self.block_size == 0:  # the last block is full: the token starts a new block
             if not self.num_free_blocks:
                 raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) at {n} tokens")
@@ -232,13 +233,10 @@ class BlockManager:
                 self._emit("cache", seq_id, (s.table[-1],))
         return cow
 
-    def _hash_if_fills_block(self, s: _Seq, token_id: int) -> bytes | None:
-        """With prefix caching, the hash of the block that ``token_id`` fills; else None."""
-        n = len(s.token_ids) + 1  # tokens once token_id is in
-        if not self.enable_prefix_caching or n % self.block_size:
-            return None
+    def _hash_full_block(self, s: _Seq, token_id: int) -> bytes:
+        """The chained hash of ``s``'s last block once ``token_id`` fills it."""
         parent = s.hashes[-1] if s.hashes else None
-        return hash_block(parent, s.token_ids[n - self.block_size:] + [token_id], s.extra_key)
+        return hash_block(parent, s.token_ids[len(s.token_ids) + 1 - self.block_size:] + [token_id], s.extra_key)
 
     def _copy_on_write(self, s: _Seq, seq_id) -> CowAction:
         """Give ``s`` its own copy of its shared, partly filled last block."""

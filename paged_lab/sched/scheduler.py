@@ -236,13 +236,7 @@ class Scheduler:
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
         """Record this step: mark KV computed and append one sampled token per entry of
         ``out.sampling`` (in that order). Returns the sequences that finished this step."""
-        if out is not self._last_out:
-            raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
-        sampled, sampling = list(sampled_token_ids), out.sampling
-        if len(sampled) != len(sampling):
-            raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
-                             f"that sample this step (out.sampling)")
-        self._last_out = None
+        sampling, sampled = self._accept_update(out, sampled_token_ids)
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
@@ -253,6 +247,17 @@ class Scheduler:
         if finished:
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished
+
+    def _accept_update(self, out: SchedulerOutput, sampled_token_ids) -> tuple[list[ScheduledSeq], list[int]]:
+        """Check ``update``'s arguments (before any change). Returns ``(out.sampling, the ids)``."""
+        if out is not self._last_out:
+            raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
+        sampled, sampling = list(sampled_token_ids), out.sampling
+        if len(sampled) != len(sampling):
+            raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
+                             f"that sample this step (out.sampling)")
+        self._last_out = None
+        return sampling, sampled
 
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""

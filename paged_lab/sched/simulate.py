@@ -16,6 +16,7 @@ import numpy as np
 
 from paged_lab.memory import BlockManager
 from paged_lab.sched.contiguous import ContiguousAllocator
+from paged_lab.sched.fastpath import FastScheduler
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence
 from paged_lab.sched.workloads import Request, Workload
@@ -113,7 +114,7 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
         if not isinstance(scheduler, Mapping):
             raise TypeError(f"scheduler must be a Scheduler or a dict of its arguments, got {type(scheduler).__name__}")
         kwargs = {"max_num_seqs": 256, **scheduler}
-        sched = Scheduler(allocator, **kwargs)
+        sched = FastScheduler(allocator, **kwargs)  # the Scheduler, with its per-token loops inlined
     if sched.has_unfinished() or sched.step_count or getattr(sched.allocator, "seq_ids", []):
         raise ValueError("scheduler: simulate() needs a fresh Scheduler and an empty allocator")
     return sched
