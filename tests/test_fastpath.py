@@ -1,0 +1,59 @@
+"""FastScheduler (sched/fastpath.py, what simulate() builds) must make exactly the Scheduler's
+decisions: same timeline, same requests, same spans, same allocator event log."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paged_lab.memory import BlockManager
+from paged_lab.sched import ContiguousAllocator, Scheduler, Sequence, simulate
+from paged_lab.sched import workloads as W
+from paged_lab.sched.fastpath import FastScheduler
+
+config = st.fixed_dictionaries({
+    "max_num_seqs": st.integers(1, 6),
+    "mode": st.sampled_from(["static", "continuous"]),
+    "preemption": st.sampled_from(["recompute", "swap"]),
+    "max_num_batched_tokens": st.one_of(st.none(), st.integers(1, 32)),
+    "num_cpu_blocks": st.one_of(st.none(), st.integers(0, 6)),
+})
+
+
+def run_both(wl, make_allocator, cfg):
+    textbook_alloc = make_allocator()
+    textbook = simulate(wl, scheduler=Scheduler(textbook_alloc, **cfg))
+    fast_alloc = make_allocator()
+    fast = simulate(wl, fast_alloc, cfg)
+    return (textbook, textbook_alloc), (fast, fast_alloc)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 25), seed=st.integers(0, 10**6), block_size=st.sampled_from([1, 4, 16]),
+       num_blocks=st.integers(1, 40), caching=st.booleans(), cfg=config)
+def test_fast_scheduler_matches_the_textbook_one(n, seed, block_size, num_blocks, caching, cfg):
+    wl = W.shared_prefix(n, prefix_len=8, suffix_len=(1, 12), output_len=(1, 30), seed=seed)
+    (a, bm_a), (b, bm_b) = run_both(wl, lambda: BlockManager(num_blocks, block_size, caching), cfg)
+    assert a.timeline == b.timeline and a.requests == b.requests and a.spans == b.spans
+    assert bm_a.events == bm_b.events and bm_a.stats == bm_b.stats
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 20), seed=st.integers(0, 10**6), max_seq_len=st.integers(2, 40), cfg=config)
+def test_fast_scheduler_matches_over_the_contiguous_allocator(n, seed, max_seq_len, cfg):
+    wl = W.uniform(n, prompt_len=(1, 30), output_len=(1, 30), requests_per_step=1.0, seed=seed)
+    (a, _), (b, _) = run_both(wl, lambda: ContiguousAllocator(4 * max_seq_len, max_seq_len), cfg)
+    assert a.timeline == b.timeline and a.requests == b.requests and a.spans == b.spans
+
+
+@pytest.mark.parametrize("cls", [Scheduler, FastScheduler])
+def test_eos_and_length_stops_agree(cls):
+    sched = cls(BlockManager(8, 4), max_num_seqs=3)
+    a, b = Sequence("a", [1, 2], 5, eos_token_id=0), Sequence("b", [3], 2, eos_token_id=0, ignore_eos=True)
+    sched.add_request(a)
+    sched.add_request(b)
+    out = sched.schedule()
+    assert sched.update(out, [9, 0]) == []  # b ignores its EOS
+    out = sched.schedule()
+    assert sched.update(out, [0, 0]) == [a, b]
+    assert (a.finish_reason, b.finish_reason) == ("stop", "length")
+    assert a.output_token_ids == [9, 0] and b.output_token_ids == [0, 0] and a.first_token_step == 0
