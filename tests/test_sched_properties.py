@@ -80,7 +80,7 @@ def test_paged_scheduler_never_deadlocks_or_loses_a_request(reqs, block_size, ex
     assert sorted(map(str, (s.seq_id for s in done))) == sorted(map(str, (s.seq_id for s in seqs)))  # once each
     assert all(s.num_output_tokens == s.max_tokens and s.finish_reason == "length" for s in done)
     assert not bm.seq_ids and bm.usage == 0.0
-    assert sched.num_free_cpu_blocks == sched.num_cpu_blocks  # swap space all handed back
+    assert sched.swap_space.num_free_blocks == sched.num_cpu_blocks  # swap space all handed back
 
 
 @settings(max_examples=30, deadline=None)

@@ -29,6 +29,7 @@ from collections import deque
 from paged_lab._checks import check_int
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.sequence import Sequence, SequenceStatus
+from paged_lab.sched.swap import CpuSwapSpace
 
 MODES = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
@@ -65,8 +66,7 @@ class Scheduler:
         self.max_slots_per_seq = getattr(block_manager, "max_seq_len", self.num_blocks * self.block_size)
         self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
             "num_cpu_blocks", num_cpu_blocks, minimum=0)
-        self._cpu_free = list(range(self.num_cpu_blocks - 1, -1, -1))  # pop() hands out 0 first
-        self._cpu_tables: dict = {}  # seq_id -> CPU blocks holding its swapped-out KV
+        self.swap_space = CpuSwapSpace(self.num_cpu_blocks)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (the last is preempted first)
         self.swapped: deque[Sequence] = deque()
@@ -91,11 +91,11 @@ class Scheduler:
     def _check_fits(self, seq: Sequence) -> None:
         n, cap = seq.num_prompt_tokens, self.max_slots_per_seq
         if n > cap:
+            where = (f"max_seq_len={cap}" if hasattr(self.allocator, "max_seq_len")
+                     else f"num_blocks={self.num_blocks} x block_size={self.block_size}")
             raise RequestTooLargeError(
-                f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most {cap} slots "
-                f"fit one sequence (num_blocks={self.num_blocks} x block_size={self.block_size}"
-                + (f", max_seq_len={cap})" if hasattr(self.allocator, "max_seq_len") else ")")
-                + "; it can never be admitted")
+                f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most {cap} slots fit one "
+                f"sequence ({where}); it can never be admitted")
         if seq.max_num_slots > cap:
             raise RequestTooLargeError(
                 f"max_tokens: seq {seq.seq_id!r} needs up to {seq.max_num_slots} slots ({n} prompt + "
@@ -104,11 +104,6 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
-
-    @property
-    def num_free_cpu_blocks(self) -> int:
-        """Swap space left (blocks of the CPU pool that hold no swapped-out KV)."""
-        return len(self._cpu_free)
 
     @property
     def num_unfinished(self) -> int:
@@ -196,9 +191,7 @@ class Scheduler:
             self.swapped.popleft()
             table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
             on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
-            cpu = self._cpu_tables.pop(seq.seq_id)
-            out.swap_in.extend(zip(cpu[on_gpu:], table[on_gpu:]))
-            self._cpu_free.extend(reversed(cpu))
+            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
             seq.status = RUNNING
             self.running.append(seq)
             self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
@@ -212,25 +205,18 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(seq)
-        if self.preemption == "swap" and seq.num_computed_tokens >= seq.prefill_end and self._swap_out(seq, out):
-            return
+        copies = None
+        if self.preemption == "swap" and seq.num_computed_tokens >= seq.prefill_end:  # not mid-prefill
+            copies = self.swap_space.swap_out(seq.seq_id, self.allocator.block_table(seq.seq_id))
         self.allocator.free(seq.seq_id)
-        seq.num_computed_tokens = seq.prefill_end = 0
-        seq.status = WAITING
-        self.waiting.appendleft(seq)
-
-    def _swap_out(self, seq: Sequence, out: SchedulerOutput) -> bool:
-        """Copy ``seq``'s blocks to free CPU blocks and free them. False when the CPU pool is full."""
-        table = self.allocator.block_table(seq.seq_id)
-        if len(table) > len(self._cpu_free):
-            return False
-        cpu = [self._cpu_free.pop() for _ in table]
-        out.swap_out.extend(zip(table, cpu))
-        self._cpu_tables[seq.seq_id] = cpu
-        self.allocator.free(seq.seq_id)
-        seq.status = SWAPPED
-        self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
-        return True
+        if copies is not None:  # its KV waits in the CPU pool
+            out.swap_out.extend(copies)
+            seq.status = SWAPPED
+            self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
+        else:  # recompute: its KV is dropped, and computed again once it is readmitted
+            seq.num_computed_tokens = seq.prefill_end = 0
+            seq.status = WAITING
+            self.waiting.appendleft(seq)
 
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
@@ -273,8 +259,7 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
         if seq.seq_id in self.allocator:
             self.allocator.free(seq.seq_id)
-        if seq.seq_id in self._cpu_tables:
-            self._cpu_free.extend(reversed(self._cpu_tables.pop(seq.seq_id)))
+        self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
         self._live_ids.discard(seq.seq_id)
 
