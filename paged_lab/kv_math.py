@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from paged_lab._checks import check_int
+
 GB = 10**9  # GPU memory sizes are sold in decimal gigabytes ("80 GB")
 GiB = 2**30
 COMMON_GPU_SIZES_GB = (16, 24, 40, 80, 141)
@@ -41,8 +43,11 @@ def dtype_bytes(dtype: Any) -> int:
 
 
 def _positive(name: str, value: float) -> None:
+    """A size or count: a positive, finite number (``inf`` bytes of memory is a typo, not a plan)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -196,8 +201,7 @@ def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16") -> int:
 def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: Any = "bfloat16") -> int:
     """Whole KV blocks that fit in ``memory_bytes``: floor(memory / (block_size x bytes/token)), as vLLM."""
     _positive("memory_bytes", memory_bytes)
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    check_int("block_size", block_size, minimum=1)
     return int(memory_bytes // (block_size * spec.kv_bytes_per_token(dtype)))
 
 

@@ -122,6 +122,20 @@ def test_non_positive_sizes_name_the_argument(bad):
         s.kv_bytes(bad - 1)
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_infinite_or_nan_memory_is_named(bad):
+    s = get_spec("smollm2-135m")
+    with pytest.raises(ValueError, match="memory_bytes must be (finite|a positive number)"):
+        num_kv_blocks(s, bad, 16)
+    with pytest.raises(ValueError, match="gpu_memory_bytes must be (finite|a positive number)"):
+        plan_capacity(s, bad, 1024)
+
+
+def test_num_kv_blocks_says_infinite_memory_must_be_finite():
+    with pytest.raises(ValueError, match="memory_bytes must be finite"):
+        num_kv_blocks(get_spec("smollm2-135m"), float("inf"), 16)
+
+
 def test_capacity_plan_after_weights():
     s = get_spec("llama-3.1-8b")
     plan = plan_capacity(s, 80 * kv_math.GB, seq_len=4096, dtype="bf16")

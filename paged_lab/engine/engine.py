@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from paged_lab import kernels
+from paged_lab._checks import check_int
 from paged_lab.engine.kv_cache import KVCache, resolve_num_blocks
 from paged_lab.engine.llama import AttentionMetadata, PagedLlama, paged_attention
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
@@ -77,8 +78,7 @@ class LLM:
         if preemption != "recompute":
             raise ValueError(f"preemption must be 'recompute' (the engine keeps no CPU swap space), "
                              f"got {preemption!r}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        check_int("block_size", block_size, minimum=1)
         if compile_sizes is not None and (
                 not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
             raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from paged_lab._checks import check_int
 from paged_lab.kv_math import ModelSpec, canonical_dtype, num_kv_blocks
 
 DEFAULT_KV_CACHE_MEMORY = 512 * 2**20  # bytes, when neither num_kv_blocks nor kv_cache_memory is given
@@ -23,9 +24,7 @@ def resolve_num_blocks(spec: ModelSpec, block_size: int, dtype: Any, num_blocks:
     if num_blocks is not None and kv_cache_memory is not None:
         raise ValueError("give num_kv_blocks or kv_cache_memory, not both")
     if num_blocks is not None:
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be an integer >= 1, got {num_blocks!r}")
-        return num_blocks
+        return check_int("num_kv_blocks", num_blocks, minimum=1)
     memory = DEFAULT_KV_CACHE_MEMORY if kv_cache_memory is None else kv_cache_memory
     n = num_kv_blocks(spec, memory, block_size, dtype)
     if n < 1:

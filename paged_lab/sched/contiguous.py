@@ -18,13 +18,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable, Sequence
 
+from paged_lab._checks import check_int
 from paged_lab.memory.errors import DuplicateSequence, OutOfBlocks, UnknownSequence
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 class ContiguousAllocator:
@@ -38,8 +33,8 @@ class ContiguousAllocator:
     block_size = 1  # a "block" is one slot, so block tables and slot mappings coincide
 
     def __init__(self, num_slots: int, max_seq_len: int):
-        self.num_slots = _positive("num_slots", num_slots)
-        self.max_seq_len = _positive("max_seq_len", max_seq_len)
+        self.num_slots = check_int("num_slots", num_slots, minimum=1)
+        self.max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
         if max_seq_len > num_slots:
             raise ValueError(f"max_seq_len={max_seq_len} must be <= num_slots={num_slots}: "
                              "not even one reservation would fit")
@@ -53,8 +48,6 @@ class ContiguousAllocator:
     # -- queries -------------------------------------------------------------------------------
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._start
-
-    has_seq = __contains__
 
     def _check(self, seq_id) -> int:
         try:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paged_lab._checks import check_int
+
 # The locker story: 60 lockers, the old manager reserves 12 in a row for each traveller.
 LOCKER_SLOTS = 60
 LOCKER_RESERVATION = 12
@@ -34,8 +36,8 @@ class Request:
     def __post_init__(self):
         if len(self.prompt_token_ids) == 0:
             raise ValueError(f"prompt_token_ids of request {self.name!r} must hold at least 1 token, got 0")
-        _count(f"max_tokens of request {self.name!r}", self.max_tokens, 1)
-        _count(f"arrival_step of request {self.name!r}", self.arrival_step, 0)
+        check_int(f"max_tokens of request {self.name!r}", self.max_tokens, minimum=1)
+        check_int(f"arrival_step of request {self.name!r}", self.arrival_step, minimum=0)
 
     @property
     def prompt_len(self) -> int:
@@ -68,15 +70,9 @@ class Workload:
         return sum(r.max_num_slots for r in self.requests)
 
 
-def _count(name: str, value, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _range(name: str, value) -> tuple[int, int]:
     lo, hi = (value, value) if isinstance(value, (int, np.integer)) else value
-    lo, hi = _count(f"{name} (low)", lo, 1), _count(f"{name} (high)", hi, 1)
+    lo, hi = check_int(f"{name} (low)", lo, minimum=1), check_int(f"{name} (high)", hi, minimum=1)
     if lo > hi:
         raise ValueError(f"{name} must be (low, high) with low <= high, got {value!r}")
     return lo, hi
@@ -105,8 +101,8 @@ def _build(name: str, prompt_lens, output_lens, arrivals, description: str, pref
 def fixed(num_requests: int, prompt_len: int = 32, output_len: int = 32,
           requests_per_step: float | None = None, seed: int = 0) -> Workload:
     """Every request has the same prompt and output length."""
-    n = _count("num_requests", num_requests)
-    _count("prompt_len", prompt_len, 1), _count("output_len", output_len, 1)
+    n = check_int("num_requests", num_requests, minimum=0)
+    check_int("prompt_len", prompt_len, minimum=1), check_int("output_len", output_len, minimum=1)
     rng = np.random.default_rng(seed)
     return _build("fixed", [prompt_len] * n, [output_len] * n, _arrivals(rng, n, requests_per_step),
                   f"{n} requests, prompt {prompt_len}, output {output_len}")
@@ -115,7 +111,7 @@ def fixed(num_requests: int, prompt_len: int = 32, output_len: int = 32,
 def uniform(num_requests: int, prompt_len=(16, 64), output_len=(8, 64),
             requests_per_step: float | None = None, seed: int = 0) -> Workload:
     """Prompt and output lengths drawn uniformly from ``(low, high)`` (both included)."""
-    n = _count("num_requests", num_requests)
+    n = check_int("num_requests", num_requests, minimum=0)
     (pl, ph), (ol, oh) = _range("prompt_len", prompt_len), _range("output_len", output_len)
     rng = np.random.default_rng(seed)
     p, o = rng.integers(pl, ph + 1, n), rng.integers(ol, oh + 1, n)
@@ -131,8 +127,8 @@ def long_tail(num_requests: int, prompt_median: float = 160, output_median: floa
     Each request is clipped so that prompt + output <= ``max_seq_len`` (as a server's
     max_model_len would).
     """
-    n = _count("num_requests", num_requests)
-    msl = _count("max_seq_len", max_seq_len, 2)
+    n = check_int("num_requests", num_requests, minimum=0)
+    msl = check_int("max_seq_len", max_seq_len, minimum=2)
     if not (prompt_median > 0 and output_median > 0):
         raise ValueError(f"prompt_median and output_median must be > 0, got {prompt_median!r}, {output_median!r}")
     if not sigma >= 0:
@@ -150,9 +146,9 @@ def shared_prefix(num_requests: int, prefix_len: int = 64, suffix_len=(8, 32), o
                   num_prefixes: int = 1, requests_per_step: float | None = None, seed: int = 0) -> Workload:
     """Requests in ``num_prefixes`` groups; a group's prompts start with the same ``prefix_len``
     tokens (a shared system prompt), followed by their own suffix."""
-    n = _count("num_requests", num_requests)
-    _count("prefix_len", prefix_len, 1)
-    g = _count("num_prefixes", num_prefixes, 1)
+    n = check_int("num_requests", num_requests, minimum=0)
+    check_int("prefix_len", prefix_len, minimum=1)
+    g = check_int("num_prefixes", num_prefixes, minimum=1)
     (sl, sh), (ol, oh) = _range("suffix_len", suffix_len), _range("output_len", output_len)
     rng = np.random.default_rng(seed)
     s, o = rng.integers(sl, sh + 1, n), rng.integers(ol, oh + 1, n)
@@ -175,7 +171,7 @@ def locker_story(luggage=LOCKER_LUGGAGE) -> Workload:
         raise ValueError(f"luggage must list 1..{len(TRAVELLERS)} travellers, got {len(luggage)}")
     reqs, next_id = [], 1
     for name, total in zip(TRAVELLERS, luggage):
-        total = _count(f"luggage[{name}]", total, 1)
+        total = check_int(f"luggage[{name}]", total, minimum=1)
         prompt = (total + 1) // 2
         reqs.append(Request(name, tuple(range(next_id, next_id + prompt)), total - prompt + 1, 0))
         next_id += prompt
@@ -194,8 +190,8 @@ def windows_story(rounds=WINDOWS_ROUNDS, prompt_len: int = 4) -> Workload:
     rounds = tuple(rounds)
     if not 1 <= len(rounds) <= len(TRAVELLERS):
         raise ValueError(f"rounds must list 1..{len(TRAVELLERS)} travellers, got {len(rounds)}")
-    _count("prompt_len", prompt_len, 1)
+    check_int("prompt_len", prompt_len, minimum=1)
     reqs = [Request(name, tuple(range(1 + i * prompt_len, 1 + (i + 1) * prompt_len)),
-                    _count(f"rounds[{name}]", r, 1), 0)
+                    check_int(f"rounds[{name}]", r, minimum=1), 0)
             for i, (name, r) in enumerate(zip(TRAVELLERS, rounds))]
     return Workload("windows_story", tuple(reqs), f"rounds {dict(zip(TRAVELLERS, rounds))}")
