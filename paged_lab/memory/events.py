@@ -21,6 +21,7 @@ block tables, free-queue order, cached blocks); a test checks it equals the live
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -98,51 +99,69 @@ class PoolState:
 
 def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) -> PoolState:
     """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log."""
-    from collections import OrderedDict
-
-    refcounts = [0] * num_blocks
-    free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-    state = PoolState(num_blocks, refcounts)
-
-    def take(b: int) -> None:
-        if refcounts[b] == 0:
-            free.pop(b, None)
-        refcounts[b] += 1
-
-    def release(b: int) -> None:
-        refcounts[b] -= 1
-        if refcounts[b] == 0:
-            free[b] = None
-
+    pool = _Replayer(num_blocks)
     for i, ev in enumerate(events):
         if upto is not None and i >= upto:
             break
-        state.last = ev
-        sid, ids = ev.seq_id, ev.block_ids
-        if ev.kind in ("allocate", "fork"):  # a new table: fresh or cached blocks, or the parent's shared ones
-            for b in ids:
-                take(b)
-            state.tables[sid] = list(ids)
-            state.num_tokens[sid] = ev.num_tokens
-        elif ev.kind == "append":
-            table = state.tables[sid]
-            if not table or table[-1] != ids[0]:
-                take(ids[0])
-                table.append(ids[0])
-            state.num_tokens[sid] = ev.num_tokens
-        elif ev.kind == "cow":
-            src, dst = ids
-            table = state.tables[sid]
-            table[table.index(src)] = dst
-            take(dst)
-            release(src)
-        elif ev.kind == "free":
-            for b in reversed(state.tables.pop(sid)):
-                release(b)
-            state.num_tokens.pop(sid)
-        elif ev.kind == "evict":
-            state.cached.difference_update(ids)
-        elif ev.kind == "cache":
-            state.cached.update(ids)
-    state.free_queue = list(free)
-    return state
+        pool.apply(ev)
+    pool.state.free_queue = list(pool.free)
+    return pool.state
+
+
+class _Replayer:
+    """The pool as the log tells it: refcounts, an ordered free queue, tables, cached blocks."""
+
+    def __init__(self, num_blocks: int):
+        self.refcounts = [0] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # oldest first
+        self.state = PoolState(num_blocks, self.refcounts)
+
+    def take(self, b: int) -> None:
+        if self.refcounts[b] == 0:
+            self.free.pop(b, None)
+        self.refcounts[b] += 1
+
+    def release(self, b: int) -> None:
+        self.refcounts[b] -= 1
+        if self.refcounts[b] == 0:
+            self.free[b] = None
+
+    def apply(self, ev: Event) -> None:
+        self.state.last = ev
+        getattr(self, "_" + ev.kind)(ev.seq_id, ev.block_ids, ev)
+
+    def _allocate(self, sid, ids, ev) -> None:  # a new table: fresh or cached blocks
+        for b in ids:
+            self.take(b)
+        self.state.tables[sid] = list(ids)
+        self.state.num_tokens[sid] = ev.num_tokens
+
+    _fork = _allocate  # a new table sharing the parent's blocks
+
+    def _append(self, sid, ids, ev) -> None:
+        table = self.state.tables[sid]
+        if not table or table[-1] != ids[0]:  # the token starts a block just taken from the queue
+            self.take(ids[0])
+            table.append(ids[0])
+        self.state.num_tokens[sid] = ev.num_tokens
+
+    def _cow(self, sid, ids, ev) -> None:
+        src, dst = ids
+        table = self.state.tables[sid]
+        table[table.index(src)] = dst
+        self.take(dst)
+        self.release(src)
+
+    def _free(self, sid, ids, ev) -> None:
+        for b in reversed(self.state.tables.pop(sid)):
+            self.release(b)
+        self.state.num_tokens.pop(sid)
+
+    def _evict(self, sid, ids, ev) -> None:
+        self.state.cached.difference_update(ids)
+
+    def _cache(self, sid, ids, ev) -> None:
+        self.state.cached.update(ids)
+
+    def _hit(self, sid, ids, ev) -> None:
+        pass  # the blocks are taken by the "allocate" event that follows
