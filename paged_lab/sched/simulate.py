@@ -9,6 +9,7 @@ step and one row per request.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from paged_lab.memory import BlockManager
 from paged_lab.sched.contiguous import ContiguousAllocator
 from paged_lab.sched.fastpath import FastScheduler
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
-from paged_lab.sched.sequence import Sequence
+from paged_lab.sched.sequence import Sequence, SequenceStatus
 from paged_lab.sched.workloads import Request, Workload
 
 TIMELINE_COLUMNS = ("step", "running", "waiting", "swapped", "kv_usage", "used_slots", "reserved_slots",
@@ -124,109 +125,131 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
              max_steps: int | None = None, record_slots: bool = False) -> SimResult:
     """Run ``workload`` through a Scheduler over ``allocator`` until every request finishes.
 
-    Timeline rows describe each step as its forward sees it (after ``schedule()``): requests
-    running (holding a window), waiting and swapped; slots holding tokens and reserved. The
-    ``finished`` and token columns count what the step did.
-
     ``allocator``: a fresh BlockManager (paged) or ContiguousAllocator (the old manager).
-    ``scheduler``: a dict of Scheduler arguments (``max_num_seqs``, ``mode``, ``preemption``,
-    ``max_num_batched_tokens``, ``num_cpu_blocks``; ``max_num_seqs`` defaults to 256) or a
-    fresh Scheduler built on ``allocator``. Requests that can never fit are reported in
-    ``rejected``; the others go on. ``record_slots`` keeps a slot map per step (small pools only).
-    Raises RuntimeError if the run exceeds ``max_steps`` (default: a bound no run reaches unless
-    the scheduler deadlocks).
+    ``scheduler``: a dict of Scheduler arguments (``max_num_seqs`` defaults to 256) or a fresh
+    Scheduler on ``allocator``. Timeline rows show each step as its forward sees it (after
+    ``schedule()``); the ``finished`` and token columns count what the step did. Requests that
+    can never fit go to ``rejected``. ``record_slots`` keeps a slot map per step (small pools).
+    Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
     """
     reqs = list(workload)
     sched = _make_scheduler(allocator, scheduler)
-    alloc = sched.allocator
-    steps: list[tuple] = []  # one row per step; turned into columns at the end
-    total_slots = alloc.num_blocks * alloc.block_size
-    rows, rejected, seqs = [], [], []
-    for r in sorted(range(len(reqs)), key=lambda k: reqs[k].arrival_step):
-        q = reqs[r]
-        seqs.append((q.arrival_step, Sequence(r, q.prompt_token_ids, q.max_tokens, None, True,
-                                              q.arrival_step, name=q.name)))
-    if max_steps is None:
-        last = max((a for a, _ in seqs), default=0)
-        max_steps = last + 2 * sum(len(q.prompt_token_ids) + q.max_tokens for q in reqs) + 16
-    names = {s.seq_id: s.name for _, s in seqs}
+    total_slots = sched.allocator.num_blocks * sched.allocator.block_size
+    arrivals = deque(_sequences(reqs))  # (arrival step, Sequence), in arrival order
+    max_steps = _default_max_steps(reqs) if max_steps is None else max_steps
+    names = {seq.seq_id: seq.name for _, seq in arrivals}  # for slot maps
     token_base = [synthetic_token(r, 0) for r in range(len(reqs))]  # seq_id r's tokens: + position
-    spans: list[Span] = []
-    slot_maps: dict[int, list] = {}
-    window_of: dict = {}  # seq_id -> (window, start step)
-    free_windows = list(range(sched.max_num_seqs))
-    next_window = sched.max_num_seqs  # forked children may overflow the windows
-    done: list[Sequence] = []
-    k = 0
-    step = 0
-    while k < len(seqs) or sched.has_unfinished():
-        if step >= max_steps:
-            raise RuntimeError(f"simulate did not finish within max_steps={max_steps} "
-                               f"({sched.num_unfinished} requests unfinished)")
-        while k < len(seqs) and seqs[k][0] <= step:
-            seq = seqs[k][1]
-            k += 1
-            try:
-                sched.add_request(seq)
-            except RequestTooLargeError as e:
-                rejected.append((seq.name, str(e)))
+    windows = _Windows(sched.max_num_seqs)
+    steps, rejected, done, slot_maps = [], [], [], {}
+    while arrivals or sched.has_unfinished():
+        step = len(steps)  # one timeline row per step, idle steps included
+        _check_within(max_steps, step, sched)
+        while arrivals and arrivals[0][0] <= step:
+            _add_request(sched, arrivals.popleft()[1], rejected)
         out = sched.schedule()
-        for seq in out.preempted:
-            if seq.seq_id in window_of:
-                w, s0 = window_of.pop(seq.seq_id)
-                spans.append(Span(seq.name, w, s0, step - 1, seq.status.value == "swapped" and "swapped"
-                                  or "preempted"))
-                heapq.heappush(free_windows, w)
-        scheduled = out.scheduled
-        # Newcomers (admitted or swapped back in) are scheduled after every sequence that was
-        # already running (see Scheduler.schedule), so they are the tail of the list that holds no
-        # window yet: walk back to find it instead of looking up every running sequence.
-        first_new = len(scheduled)
-        while first_new and scheduled[first_new - 1].seq.seq_id not in window_of:
-            first_new -= 1
-        for entry in scheduled[first_new:]:  # each takes the lowest free window
-            if free_windows:
-                w = heapq.heappop(free_windows)
-            else:
-                w, next_window = next_window, next_window + 1
-            window_of[entry.seq.seq_id] = (w, step)
-        # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``),
-        # from a per-request base: one big-int add per token, this runs for every token.
+        windows.seat(out, step)
+        # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``).
         sampled = [token_base[e.seq.seq_id] + e.end for e in out.sampling]
-        # The state during this step's forward: who holds a window, what the pool holds.
-        used, reserved, ext = memory_stats(alloc)
-        counts = (len(sched.running), len(sched.waiting), len(sched.swapped))
+        forward_state = _forward_state(sched, total_slots)  # as this step's forward sees it
         if record_slots:
-            slot_maps[step] = slot_map(alloc, names)
+            slot_maps[step] = slot_map(sched.allocator, names)
         finished = sched.update(out, sampled)
-        for seq in finished:
-            w, s0 = window_of.pop(seq.seq_id)
-            spans.append(Span(seq.name, w, s0, step, "finished"))
-            heapq.heappush(free_windows, w)
+        windows.release(finished, step)
         done.extend(finished)
-        steps.append((step, *counts, used / total_slots, used, reserved, used / reserved if reserved else 0.0,
-                      reserved - used, ext, len(out.preempted), out.num_prefill_tokens, out.num_decode_tokens, len(finished)))
-        step += 1
-    cols = {c: list(v) for c, v in zip(TIMELINE_COLUMNS, zip(*steps))} if steps else {c: [] for c in TIMELINE_COLUMNS}
-    for seq in sorted(done, key=lambda s: s.seq_id):
-        rows.append({"name": seq.name, "seq_id": seq.seq_id, "status": "finished",
-                     "arrival_step": seq.arrival_step, "first_scheduled_step": seq.first_scheduled_step,
-                     "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
-                     "latency_steps": seq.latency_steps, "prompt_tokens": seq.num_prompt_tokens,
-                     "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
-                     "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason})
-    for name, msg in rejected:
-        rows.append({"name": name, "status": "rejected", "error": msg})
-    return SimResult(cols, rows, _summary(cols, rows, sched, alloc), spans, rejected, slot_maps, total_slots)
+        steps.append((step, *forward_state, len(out.preempted), out.num_prefill_tokens,
+                      out.num_decode_tokens, len(finished)))
+    cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS, zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
+    rows = _request_rows(done, rejected)
+    return SimResult(cols, rows, _summary(cols, rows, sched), windows.spans, rejected, slot_maps, total_slots)
 
 
-def _summary(cols: dict, rows: list[dict], sched: Scheduler, alloc) -> dict:
+def _sequences(reqs: list[Request]) -> list[tuple[int, Sequence]]:
+    """One Sequence per request (seq_id = its index; EOS ignored: outputs run to max_tokens)."""
+    order = sorted(range(len(reqs)), key=lambda r: reqs[r].arrival_step)
+    return [(reqs[r].arrival_step, Sequence(r, reqs[r].prompt_token_ids, reqs[r].max_tokens, None, True,
+                                            reqs[r].arrival_step, name=reqs[r].name)) for r in order]
+
+
+def _default_max_steps(reqs: list[Request]) -> int:
+    """A bound no run reaches unless the scheduler deadlocks: every token computed twice, plus slack."""
+    last = max((q.arrival_step for q in reqs), default=0)
+    return last + 2 * sum(len(q.prompt_token_ids) + q.max_tokens for q in reqs) + 16
+
+
+def _check_within(max_steps: int, step: int, sched: Scheduler) -> None:
+    if step >= max_steps:
+        raise RuntimeError(f"simulate did not finish within max_steps={max_steps} "
+                           f"({sched.num_unfinished} requests unfinished)")
+
+
+def _add_request(sched: Scheduler, seq: Sequence, rejected: list[tuple[str, str]]) -> None:
+    try:
+        sched.add_request(seq)
+    except RequestTooLargeError as e:  # it could never fit: reported, the others go on
+        rejected.append((seq.name, str(e)))
+
+
+def _forward_state(sched: Scheduler, total_slots: int) -> tuple:
+    """The timeline columns "running" .. "external_frag": who holds a window, what the pool holds."""
+    used, reserved, ext = memory_stats(sched.allocator)
+    return (len(sched.running), len(sched.waiting), len(sched.swapped), used / total_slots, used, reserved,
+            used / reserved if reserved else 0.0, reserved - used, ext)
+
+
+def _request_rows(done: list[Sequence], rejected: list[tuple[str, str]]) -> list[dict]:
+    rows = [{"name": seq.name, "seq_id": seq.seq_id, "status": "finished",
+             "arrival_step": seq.arrival_step, "first_scheduled_step": seq.first_scheduled_step,
+             "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
+             "latency_steps": seq.latency_steps, "prompt_tokens": seq.num_prompt_tokens,
+             "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
+             "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason}
+            for seq in sorted(done, key=lambda s: s.seq_id)]
+    return rows + [{"name": name, "status": "rejected", "error": msg} for name, msg in rejected]
+
+
+class _Windows:
+    """The windows story: which window each running request sits at, and the spans it leaves."""
+
+    def __init__(self, num_windows: int):
+        self.free = list(range(num_windows))  # a heap: the lowest free window is taken first
+        self.next_extra = num_windows  # forked children may overflow the windows
+        self.held: dict = {}  # seq_id -> (window, first step there)
+        self.spans: list[Span] = []
+
+    def seat(self, out, step: int) -> None:
+        """After ``schedule()``: preempted requests leave; newcomers take the lowest free windows."""
+        for seq in out.preempted:
+            if seq.seq_id in self.held:
+                self._leave(seq, step - 1, "swapped" if seq.status is SequenceStatus.SWAPPED else "preempted")
+        # Newcomers (admitted or swapped back in) are scheduled after every sequence that was
+        # already running, so they are the tail of the list that holds no window yet.
+        first_new = len(out.scheduled)
+        while first_new and out.scheduled[first_new - 1].seq.seq_id not in self.held:
+            first_new -= 1
+        for entry in out.scheduled[first_new:]:
+            if self.free:
+                window = heapq.heappop(self.free)
+            else:
+                window, self.next_extra = self.next_extra, self.next_extra + 1
+            self.held[entry.seq.seq_id] = (window, step)
+
+    def release(self, finished: list[Sequence], step: int) -> None:
+        for seq in finished:
+            self._leave(seq, step, "finished")
+
+    def _leave(self, seq: Sequence, last_step: int, outcome: str) -> None:
+        window, first_step = self.held.pop(seq.seq_id)
+        self.spans.append(Span(seq.name, window, first_step, last_step, outcome))
+        heapq.heappush(self.free, window)
+
+
+def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
     lat = np.array([r["latency_steps"] for r in rows if r["status"] == "finished"], dtype=float)
     makespan = len(cols["step"])
     out_tokens = sum(r["output_tokens"] for r in rows if r["status"] == "finished")
     used, reserved = sum(cols["used_slots"]), sum(cols["reserved_slots"])
     return {
-        "allocator": type(alloc).__name__, "mode": sched.mode, "preemption": sched.preemption,
+        "allocator": type(sched.allocator).__name__, "mode": sched.mode, "preemption": sched.preemption,
         "max_num_seqs": sched.max_num_seqs, "num_finished": len(lat),
         "num_rejected": sum(1 for r in rows if r["status"] == "rejected"),
         "makespan": makespan, "output_tokens": out_tokens,
