@@ -5,8 +5,12 @@ that run once per running sequence per step -- ``_schedule_running`` and ``updat
 exactly the same decisions: the tests run the same workloads through both and compare every
 timeline row. Everything else (admission, swapping, preemption, fork, finish) is inherited.
 
-What it saves, measured with ``benchmarks/sim_speed.py`` (10,000 requests, paged, no event log):
-see GAIN below. The tricks, and why each is safe:
+Measured gain: ``simulate()`` of 1,000 requests (the ``benchmarks/sim_speed.py`` workload, no
+event log, median of 7, same process, busy 2-core machine): over a paged BlockManager 9.59 us/token
+with the textbook Scheduler, 5.75 with this one (1.67x); over the ContiguousAllocator 6.40 and
+5.05 (1.27x). The textbook decode path asks ``can_append`` and then ``append_token`` through three
+small methods per token; that is what the notebooks should read, and what costs the time.
+The tricks, and why each is safe:
 
 * a decode tries ``append_token`` and catches OutOfBlocks instead of asking ``can_append`` first:
   every allocator operation is all-or-nothing, so a failed try changed nothing, and only then does
@@ -22,8 +26,6 @@ from paged_lab.memory.errors import OutOfBlocks
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RUNNING, Scheduler
 from paged_lab.sched.sequence import Sequence
-
-GAIN = "measured: see docstring"
 
 
 class FastScheduler(Scheduler):
