@@ -77,12 +77,12 @@ class BlockManager:
         """Fraction of all token slots that hold a token of a live sequence (shared slots once)."""
         return self._used_slots / (self.num_blocks * self.block_size)
 
+    def __contains__(self, seq_id) -> bool:
+        return seq_id in self._seqs
+
     @property
     def seq_ids(self) -> list[Hashable]:
         return list(self._seqs)
-
-    def __contains__(self, seq_id) -> bool:
-        return seq_id in self._seqs
 
     def _seq(self, seq_id) -> _Seq:
         try:
