@@ -104,7 +104,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
         return f"head_dim {head_dim} (the C kernels take multiples of 16 up to 256)"
     if q is not None and (q.shape[-1] != head_dim or q.shape[1] % kv_heads or q.shape[1] // kv_heads > 64):
         return f"q of shape {tuple(q.shape)} over {kv_heads} KV heads (GQA groups up to 64)"
-    return why_unavailable()
+    why = why_unavailable()
+    return None if why is None else f"this machine: the C kernels are not loaded ({why})"
 
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
