@@ -1,20 +1,24 @@
-"""Public entry points: validate the arguments once, then run the chosen backend.
+"""Public entry points: validate the arguments once, then run a backend from the one backend table.
 
-Backends:
+Backends (``BACKEND_TABLE``; a backend's name says what runs):
 - ``"triton"``: the Triton kernels (compiled on CUDA; Triton's interpreter on CPU — slow, for tests).
-- ``"torch"``: the vectorized torch path (:mod:`paged_lab.kernels.torch_paged`), fast on CPU.
+- ``"cpu"``: the C kernels of :mod:`paged_lab.kernels.cpu_paged` (CPU fp32, AVX-512), built on first use.
+- ``"torch"``: the vectorized torch path (:mod:`paged_lab.kernels.torch_paged`), torch only.
 - ``"reference"``: the per-sequence readable loop (:mod:`paged_lab.kernels.reference`).
-- ``"auto"``: Triton on CUDA when the shapes are ones the kernels support, otherwise ``"torch"``.
-  If the Triton kernels fail to compile or launch on this GPU, ``"auto"`` warns once and uses
-  ``"torch"`` for the rest of the session (``backend="triton"`` raises the error instead).
+- ``"auto"``: the first that can take the tensors of Triton on CUDA, ``"cpu"``, ``"torch"``.
+
+One fallback rule (:func:`_run`): under ``"auto"``, a backend that raises (a launch on an untested GPU,
+say) is logged and counted in a :class:`KernelStats`, and that call runs on the next candidate; the
+next call tries the first again. A backend named explicitly raises its error instead.
 
 Every check runs before any launch and names the argument and the limit. Checks of tensor
 *values* (table entries in range, context lengths, query_start_loc) run when the tensors live on
 the CPU; on CUDA they would force a device sync per layer, so there only shapes/dtypes are checked.
 
 ``validate=False`` skips every check: for callers (the engine) that checked the same block tables,
-context lengths and slot mapping once per step and then call these for every layer. ``plan`` (torch
-backend only) is the batch's precomputed :class:`~paged_lab.kernels.torch_paged.GatherPlan`.
+context lengths and slot mapping once per step and then call these for every layer. ``plan`` (the
+``"torch"`` and ``"cpu"`` backends read it) is the batch's precomputed
+:class:`~paged_lab.kernels.torch_paged.GatherPlan`.
 """
 
 from __future__ import annotations
