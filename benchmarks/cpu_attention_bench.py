@@ -4,7 +4,7 @@ SmolLM2-135M's attention shapes (9 query heads, 3 KV heads, head_dim 64, block s
 call per layer for 30 layers whose caches are distinct (so K/V come from memory, as in a real step):
 decode batches of 1, 4 and 8 sequences at 120 tokens of context, and one 58-token prompt prefilled.
 The torch path is what a user of torch would otherwise run: the blocks gathered into a padded tensor,
-then ``scaled_dot_product_attention`` with a mask (``kernels.torch_paged`` with ``USE_CPU_KERNEL`` off).
+then ``scaled_dot_product_attention`` with a mask (the dispatch's ``backend="torch"``; C is ``"cpu"``).
 Prints the median ms per 30 layers of each and torch / C (above 1: C is faster), same run, and checks
 that the two agree.
 
@@ -18,7 +18,7 @@ import platform
 
 import torch
 
-from paged_lab.kernels import cpu_paged, torch_paged
+from paged_lab.kernels import cpu_paged, paged_attention_decode, paged_attention_prefill, torch_paged
 from paged_lab.kernels.bench import median_ms
 
 LAYERS, BLOCKS, BS, KVH, H, D = 30, 256, 16, 3, 9, 64
@@ -43,8 +43,9 @@ def main() -> int:
         q = torch.randn(S, H, D, generator=g)
         plan = torch_paged.plan_gather(tables, lens, BS)  # built once per step by the engine
 
-        def decode(q=q, tables=tables, lens=lens, plan=plan):
-            return [torch_paged.paged_attention_decode(q, k, v, tables, lens, 0.125, plan=plan) for k, v in caches]
+        def decode(backend, q=q, tables=tables, lens=lens, plan=plan):
+            return [paged_attention_decode(q, k, v, tables, lens, 0.125, backend=backend, validate=False, plan=plan)
+                    for k, v in caches]
 
         cases.append((f"decode, {S} x 120 tokens", decode))
     tables = torch.randperm(BLOCKS, generator=g)[:4][None].int()
@@ -52,24 +53,20 @@ def main() -> int:
     q = torch.randn(58, H, D, generator=g)
     plan = torch_paged.plan_gather(tables, lens, BS, query_start_loc=qsl)
 
-    def prefill():
-        return [torch_paged.paged_attention_prefill(q, k, v, tables, lens, qsl, 0.125, plan=plan) for k, v in caches]
+    def prefill(backend):
+        return [paged_attention_prefill(q, k, v, tables, lens, qsl, 0.125, backend=backend, validate=False, plan=plan)
+                for k, v in caches]
 
     cases.append(("prefill, 58 tokens", prefill))
     print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch threads "
           f"{args.threads}, fp32, {LAYERS} layers, median of {args.repeats}")
     print(f"{'what':<26}{'torch ms':>10}{'C ms':>8}{'torch / C':>11}{'max |diff|':>12}")
-    try:
-        for name, fn in cases:
-            torch_paged.USE_CPU_KERNEL = False
-            a, want = median_ms(fn, device="cpu", warmup=1, iters=args.repeats), fn()
-            torch_paged.USE_CPU_KERNEL = True
-            b, got = median_ms(fn, device="cpu", warmup=1, iters=args.repeats), fn()
-            diff = max((x - y).abs().max().item() for x, y in zip(got, want))
-            assert diff < 1e-4, (name, diff)
-            print(f"{name:<26}{a:>10.2f}{b:>8.2f}{a / b:>10.2f}x{diff:>12.1e}")
-    finally:
-        torch_paged.USE_CPU_KERNEL = True
+    for name, fn in cases:
+        a, want = median_ms(lambda fn=fn: fn("torch"), device="cpu", warmup=1, iters=args.repeats), fn("torch")
+        b, got = median_ms(lambda fn=fn: fn("cpu"), device="cpu", warmup=1, iters=args.repeats), fn("cpu")
+        diff = max((x - y).abs().max().item() for x, y in zip(got, want))
+        assert diff < 1e-4, (name, diff)
+        print(f"{name:<26}{a:>10.2f}{b:>8.2f}{a / b:>10.2f}x{diff:>12.1e}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The paged engine on a real model, in vLLM's shape.
 
-    from paged_lab.engine import LLM, SamplingParams
+    from paged_lab import LLM, SamplingParams   # (the same names as paged_lab.engine.LLM, ...)
     llm = LLM("smollm2-135m")
     out = llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=8))
     out[0].outputs[0].text
