@@ -109,10 +109,13 @@ def tile_for(block_size: int, f32: bool, cc: int | None) -> int:
     return min(max(block_size, 16), max_tile(f32, cc))
 
 
-def prefill_rows(f32: bool, cc: int | None) -> int:
-    """Rows (query tokens x GQA heads) one prefill program holds: its q and accumulator live in
-    registers, [rows, head_dim] each; 64 rows of fp32 at head_dim 128 spill, 32 do not."""
-    return 32 if f32 or (cc or INTERPRETER_CC) < 80 else 64
+def prefill_rows(f32: bool, cc: int | None, head_dim: int) -> int:
+    """Rows (query tokens x GQA heads) one prefill program holds. Its q and accumulator live in
+    registers, [rows, head_dim] each, so rows x head_dim is bounded: 4,096 for half dots from sm_80 up
+    (64 rows at head_dim 64, 32 at 128), 2,048 for fp32 tiles and on sm_75 (spills otherwise, up to
+    8.8 KB per thread on sm_90 before this limit). Never under 16 (``tl.dot``)."""
+    budget = 2048 if f32 or (cc or INTERPRETER_CC) < 80 else 4096
+    return max(budget // head_dim, 16)
 
 
 def store_kv_launch(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int) -> Launch:
@@ -146,7 +149,7 @@ def prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, b
     f32 = compute_in_f32(dtype, cc)
     group = num_heads // num_kv_heads
     group_pad = triton.next_power_of_2(group)
-    rows = prefill_rows(f32, cc)
+    rows = prefill_rows(f32, cc, head_dim)
     # rows per program = block_q * group_pad: `rows`, never under 16 (tl.dot), fewer for short queries
     block_q = min(max(rows // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
     consts = dict(GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
