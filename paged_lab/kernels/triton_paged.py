@@ -154,7 +154,9 @@ def prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, b
     block_q = min(max(rows // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
     consts = dict(GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
                   TILE=tile_for(block_size, f32, cc), F32=f32)  # fmt: skip
-    return Launch((num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads), consts, dict(num_warps=4))
+    # head_dim 128: eight warps share the [rows, 128] q and accumulator (with four, ptxas spills 0.5-3 KB)
+    num_warps = 8 if head_dim >= 128 else 4
+    return Launch((num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads), consts, dict(num_warps=num_warps))
 
 
 # -------------------------------------------------------------------------------------- store_kv
