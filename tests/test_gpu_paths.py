@@ -61,6 +61,7 @@ def test_notebook_06_builds_every_tensor_on_device():
     assert _tensors_off_device("x = torch.zeros(3)") == ["torch.zeros(3)"]  # the check itself can fail
 
 
+@pytest.mark.slow
 def test_notebook_06_takes_its_gpu_path_when_cuda_is_present(monkeypatch, capsys):
     """Run notebook 06's cells in this process with CUDA reported present (an A100). Tensors stay on the
     CPU (DEVICE is patched to "cpu": there is no GPU to put them on) and the GPU benchmark is replaced

@@ -52,6 +52,7 @@ def test_same_seed_same_weights_other_seed_other_weights():
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["torch", "reference"])
 def test_engine_matches_transformers_token_for_token_on_a_random_llama(backend):
     model, tok, _ = random_model(TINY, dtype="float32", device="cpu")
