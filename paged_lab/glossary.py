@@ -203,8 +203,8 @@ class Table:
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{h}</th>" for h in HEADER)
         rows = "".join(
-            f"<tr><td>{html.escape(t.story)}</td><td>{html.escape(t.story_zh)}{' ※' if t.seed else ''}</td>"
-            f"<td><b>{html.escape(t.name)}</b></td><td style='text-align:left'>{html.escape(t.meaning)}</td></tr>"
+            f"<tr><td>{html.escape(t.story, quote=False)}</td><td>{html.escape(t.story_zh, quote=False)}{' ※' if t.seed else ''}</td>"
+            f"<td><b>{html.escape(t.name, quote=False)}</b></td><td style='text-align:left'>{html.escape(t.meaning, quote=False)}</td></tr>"
             for t in self.terms
         )
         note = "<p style='font-size:85%;color:#555'>※ the seed story's own word</p>"
