@@ -120,7 +120,7 @@ TERMS: tuple[Term, ...] = (
     Term("fork", "a traveller's twin using the same pages", "分身共用同一批頁", "V0: a new sequence that shares "
          "every block of its parent (each block's refcount + 1), nothing copied.", False, ("forks", "forked")),
     Term("refcount", "how many tables list a page", "有幾張對照表記著這一頁",
-         "How many sequences hold a block; it returns to the free queue at 0."),
+         "How many sequences hold a block; it returns to the free queue at 0.", False, ("refcounts",)),
     Term("copy-on-write", "copy a shared page before writing into it", "要寫之前先複製",
          "V0: appending to a shared, partly filled block first copies it (`CowAction(src, dst)`); full blocks "
          "are never copied.", False, ("CowAction", "copy on write", "copies on write")),
