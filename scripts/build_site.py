@@ -7,6 +7,7 @@
 - The widget state is kept (stored in the page like nbconvert's ``store_widget_state``); online, the
   playgrounds render from it. Each playground also gets a static picture of its figure at the default
   settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
+- A quiz (``paged_lab.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
 - Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
 """
 
@@ -27,6 +28,7 @@ NOTEBOOKS = ROOT / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+QUIZ_STATIC = "paged-lab-quiz-static"  # paged_lab.quiz's text rendering
 
 # Show the static picture of a playground only where the live widget did not render a figure.
 HIDE_FALLBACKS = """<script>
@@ -110,6 +112,8 @@ def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         outputs = []
         for out in cell.outputs:
             data = out.get("data", {})
+            if WIDGET_VIEW in data and QUIZ_STATIC in data.get("text/html", ""):
+                del data[WIDGET_VIEW]  # a quiz needs a kernel to answer: the page shows its text, answers folded
             if PLOTLY in data and "text/html" not in data:
                 data["text/html"] = figure_html(data[PLOTLY])
             outputs.append(out)

@@ -6,6 +6,8 @@ For each notebook in ``notebooks/`` (found by glob, so a new notebook joins auto
 - asserts every plotly figure drew data;
 - in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``), moves each slider
   with the keyboard and asserts the figure's data and the readout change;
+- in at least one quiz per series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
+  clicks one wrong and one right choice and checks what the learner is told after each;
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
   (the same limits as ``scripts/measure_notebooks.py``); the figures go to ``budget.json``.
 """
@@ -209,6 +211,7 @@ def _run_and_check(page, path, artifacts_dir, record: bool) -> None:
     assert not blank, f"{path.name}: plotly figures {blank} (in page order) have no data drawn"
 
     _move_sliders(page, path, artifacts_dir)
+    _answer_a_quiz(page, path, artifacts_dir, required=record and not path.name.startswith("00_"))
     assert not measured.problems(), "; ".join(measured.problems())
 
 
@@ -284,3 +287,43 @@ def _move_sliders(page, path, artifacts_dir) -> None:
             )
         if has_readout and moves:
             assert any(text for _, _, text in moves), f"{where}: no control updated the readout"
+
+
+FEEDBACK_TEXT = "(fb) => fb.innerText.trim()"
+
+
+def _answer_a_quiz(page, path, artifacts_dir, required: bool) -> None:
+    """In the notebook's first quiz, click choices of its first question in order until one pick was
+    wrong and one right, and check the feedback the kernel sent back after each."""
+    quizzes = page.locator(".jp-NotebookPanel .paged-lab-quiz")
+    if not quizzes.count():
+        assert not required, f"{path.name}: no quiz (paged_lab.quiz) was displayed"
+        return
+    quiz = quizzes.first
+    quiz.scroll_into_view_if_needed()
+    feedback = quiz.locator(".paged-lab-quiz-feedback").first
+    question = feedback.locator("xpath=..")
+    buttons = question.locator("button")
+    seen = {}  # "right" / "wrong" -> (button index, feedback text)
+    for b in range(buttons.count()):
+        before = feedback.evaluate(FEEDBACK_TEXT)
+        buttons.nth(b).click()
+        page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
+                               arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
+        text = feedback.evaluate(FEEDBACK_TEXT)
+        kind = "right" if text.startswith("✓ Right") else "wrong"
+        assert kind == "right" or text.startswith("✗ Not quite"), f"{path.name}: unexpected feedback {text!r}"
+        seen.setdefault(kind, (b, text))
+        if len(seen) == 2:
+            break
+    question.screenshot(path=str(artifacts_dir / f"{path.stem}-quiz.png"))
+    assert set(seen) == {"right", "wrong"}, f"{path.name}: the quiz's first question gave only {seen}"
+    (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]
+    letters = "abcdefgh"
+    assert f"({letters[wrong]})" in wrong_text, f"{path.name}: a wrong pick should name the pick: {wrong_text!r}"
+    choice = buttons.nth(right).locator("xpath=following-sibling::*[1]").inner_text().strip()
+    assert choice and choice in right_text, f"{path.name}: the right pick should repeat the answer {choice!r}"
+    assert len(right_text) > len("✓ Right: ") + len(choice) + 20, f"{path.name}: no explanation after a right pick"
+    assert choice not in wrong_text, f"{path.name}: a wrong pick gave the answer away"
+    assert "mod-danger" in (buttons.nth(wrong).get_attribute("class") or "")
+    assert "mod-success" in (buttons.nth(right).get_attribute("class") or "")

@@ -30,12 +30,17 @@ def bars(n):
 go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure").show()
 interactive(bars, {"n": W.IntSlider(value=4, min=1, max=6, description="bars")}, readout=lambda fig, n: f"{n} bars drawn")"""
 
+QUIZ = """from paged_lab.quiz import Question, Quiz
+
+Quiz([Question("How many bars are drawn at first?", ["4", "6"], 0, "The slider starts at 4.")])"""
+
 
 def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
     site = _build_site()
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), nbformat.v4.new_code_cell(PLAYGROUND)]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), nbformat.v4.new_code_cell(PLAYGROUND),
+                nbformat.v4.new_code_cell(QUIZ)]
     path = tmp_path / "98_site_check.ipynb"
     nbformat.write(nb, path)
     page_path = tmp_path / "98_site_check.html"
@@ -53,4 +58,7 @@ def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
     assert "bars = 4" in static.inner_text() and "4 bars drawn" in static.inner_text()
     bars = static.evaluate("(el) => el.querySelector('.js-plotly-plot').data[0]")
     assert bars["type"] == "bar" and len(bars["x"]) == 4
+    quiz = page.locator(".paged-lab-quiz-static")  # the quiz as text: question, choices, folded answer
+    assert quiz.count() == 1 and "How many bars are drawn at first?" in quiz.inner_text()
+    assert "The slider starts at 4." in quiz.locator("details").text_content()
     page.close()

@@ -1,0 +1,113 @@
+"""paged_lab.glossary: one source of the series' words, the docs page it writes, and the notebooks' use of it.
+
+What "a notebook's summary uses a term" means here, precisely:
+- every name in the notebook's ``glossary.table([...])`` call (its code cells, parsed with ``ast``), and
+- every **bold** phrase in its summary (the markdown cell that starts with ``## Summary``).
+Each must be a term of ``paged_lab.glossary`` (its serving name or an alias); a bold summary term must
+also be one of the rows the notebook's table shows, so the reader finds it explained right there.
+"""
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from paged_lab import glossary
+from paged_lab.glossary import TERMS, lookup, table
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_"))
+BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("build_glossary", ROOT / "scripts" / "build_glossary.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_calls(nb) -> list[list[str]]:
+    """The literal name lists of every ``glossary.table([...])`` call in the notebook's code cells."""
+    calls = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "table"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "glossary"):
+                calls.append([ast.literal_eval(e) for e in node.args[0].elts])
+    return calls
+
+
+def summary_terms(nb) -> list[str]:
+    cells = [c for c in nb.cells if c.cell_type == "markdown" and c.source.lstrip().startswith("## Summary")]
+    assert len(cells) == 1, "expected exactly one markdown cell starting with '## Summary'"
+    return BOLD.findall(cells[0].source)
+
+
+def test_every_term_is_complete_and_unique():
+    names = [t.name for t in TERMS]
+    assert len(names) == len(set(names))
+    for t in TERMS:
+        assert all(s.strip() for s in (t.name, t.story, t.story_zh, t.meaning)), t
+        assert "\n" not in t.meaning and t.meaning.endswith((".", ")")), f"{t.name}: one line, a sentence"
+        assert lookup(t.name) is t and all(lookup(a) is t for a in t.aliases)
+
+
+def test_the_one_metaphor_mapping():
+    assert (lookup("slot").story, lookup("slot").story_zh) == ("locker", "一格")
+    assert lookup("block").story_zh == "頁" and "row of lockers" in lookup("block").story
+    assert (lookup("block table").story, lookup("block table").story_zh) == ("Ah-Ye's lookup table", "阿頁的對照表")
+
+
+def test_lookup_and_table_refuse_unknown_names():
+    with pytest.raises(KeyError, match="block tabel.*did you mean"):
+        lookup("block tabel")
+    with pytest.raises(TypeError, match="list of term names"):
+        table("block")
+    with pytest.raises(ValueError, match="repeats"):
+        table(["block", "blocks"])
+    with pytest.raises(ValueError, match="at least one"):
+        table([])
+
+
+def test_table_renders_story_chinese_name_and_meaning():
+    t = table(["slot", "block table"])
+    html, md = t._repr_html_(), t._repr_markdown_()
+    for text in ("locker", "一格", "slot", "Ah-Ye's lookup table", "阿頁的對照表"):
+        assert text in html and text in md
+    assert md.count("\n") == 3  # header, rule, two rows
+
+
+def test_docs_glossary_is_up_to_date():
+    assert _script().main(["--check"]) == 0, "docs/glossary.md is stale: run python scripts/build_glossary.py"
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    assert all(f"**{t.name}**" in text for t in TERMS)
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_notebook_summary_uses_only_glossary_terms(path):
+    nb = nbformat.read(path, as_version=4)
+    calls = table_calls(nb)
+    assert len(calls) == 1, f"{path.name}: expected one glossary.table([...]) call, found {len(calls)}"
+    unknown = [n for n in calls[0] if not glossary.knows(n)]
+    assert not unknown, f"{path.name}: glossary.table names terms the glossary lacks: {unknown}"
+    shown = {lookup(n).name for n in calls[0]}
+    for term in summary_terms(nb):
+        assert glossary.knows(term), f"{path.name}: the summary bolds {term!r}, which paged_lab.glossary lacks"
+        assert lookup(term).name in shown, f"{path.name}: the summary bolds {term!r} but its glossary table omits it"
+
+
+def test_the_check_can_fail():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("## Summary\n\nThe **flux capacitor** holds KV."),
+                nbformat.v4.new_code_cell('glossary.table(["slot", "warp drive"])')]
+    assert table_calls(nb) == [["slot", "warp drive"]]
+    assert summary_terms(nb) == ["flux capacitor"] and not glossary.knows("flux capacitor")
+    assert not glossary.knows("warp drive")
