@@ -170,3 +170,14 @@ def test_own_size_reservations_tile_the_pool(ops):
         assert old.num_free_blocks == sum(h for _, h in old.holes())
         assert all(old.num_tokens(q) <= old.reservation(q) for q in old.seq_ids)
         assert old.stranded_slots(10) == old.external_fragmentation
+
+
+def test_slot_map_draws_each_reservation_at_its_own_size():
+    from paged_lab.sched import slot_map
+
+    old = ContiguousAllocator(12, 6)
+    old.allocate("a", [1, 2], reserve=3)
+    old.allocate("b", [1], reserve=6)
+    m = slot_map(old, {})
+    assert [o for o, _ in m] == ["a"] * 3 + ["b"] * 6 + [None] * 3
+    assert [full for _, full in m] == [True, True, False, True] + [False] * 8
