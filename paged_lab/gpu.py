@@ -21,13 +21,14 @@ NEAR_TIE_MARGIN = {"float32": 1e-3, "float16": 0.1, "bfloat16": 0.25}
 
 
 def _cc(device) -> int | None:
+    """Compute capability (75 for a T4), None off CUDA; Triton's wrappers own the reading of it."""
     import torch
 
-    device = torch.device(device)
-    if device.type != "cuda":
+    if torch.device(device).type != "cuda":
         return None
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
+    from paged_lab.kernels.triton_paged import device_cc
+
+    return device_cc(device)
 
 
 def model_dtype(device) -> str:

@@ -4,19 +4,12 @@ decisions: same timeline, same requests, same spans, same allocator event log.""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_sched_properties import config  # the same scheduler settings the property tests draw
 
 from paged_lab.memory import BlockManager
 from paged_lab.sched import ContiguousAllocator, Scheduler, Sequence, simulate
 from paged_lab.sched import workloads as W
 from paged_lab.sched.fastpath import FastScheduler
-
-config = st.fixed_dictionaries({
-    "max_num_seqs": st.integers(1, 6),
-    "mode": st.sampled_from(["static", "continuous"]),
-    "preemption": st.sampled_from(["recompute", "swap"]),
-    "max_num_batched_tokens": st.one_of(st.none(), st.integers(1, 32)),
-    "num_cpu_blocks": st.one_of(st.none(), st.integers(0, 6)),
-})
 
 
 def run_both(wl, make_textbook, make_fast, cfg):
