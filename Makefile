@@ -21,8 +21,11 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# As root (a container, a cloud VM) JupyterLab refuses to start without --allow-root, so it is passed
+# there. Its log prints the URL with its token; where no browser opens by itself, open that URL.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	@echo "Starting JupyterLab: open the http://127.0.0.1:...?token=... URL printed below (Ctrl-C stops it)."
+	$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 test: $(STAMP)
 	$(PY) -m ruff check paged_lab tests benchmarks notebooks scripts

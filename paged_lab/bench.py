@@ -61,6 +61,7 @@ class BenchReport:
     threads: int
     runs: dict[str, list[RunResult]] = field(default_factory=dict)
     paged_lab_weights: str = ""  # how paged_lab multiplies: "oneDNN-prepacked" or "model tensors (F.linear)"
+    paged_lab_attention: str = ""  # the attention backend(s) that ran (llm.stats()), and any fallbacks
 
     def median_tokens_per_s(self, method: str) -> float:
         return statistics.median(r.tokens_per_s for r in self.runs[method])
@@ -212,7 +213,18 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
                 report.runs[m].append(res)
                 bar.write(f"{m} run {i + 1}/{repeats}: {res.tokens_per_s:.1f} tok/s ({res.seconds:.1f} s)")
                 bar.update(1)
+    if llm is not None:
+        report.paged_lab_attention = attention_summary(llm.stats())
     return report
+
+
+def attention_summary(stats: dict) -> str:
+    """The attention backend that ran, from ``llm.stats()``: "cpu", or "torch (auto fell back 3 times ...)"."""
+    text = stats["attention_backend_ran"] or "none"
+    if stats["attention_failures"]:
+        failed = ", ".join(f"{name} failed {n} times" for name, n in stats["attention_failures"].items())
+        text += f" (backend={stats['attention_backend']!r} fell back: {failed})"
+    return text
 
 
 def format_report(report: BenchReport) -> str:
@@ -227,6 +239,8 @@ def format_report(report: BenchReport) -> str:
                                                        if report.paged_lab_weights else ""),
         f"{'method':<20}{'median tok/s':>14}{'median s':>10}   runs (tok/s)",
     ]
+    if report.paged_lab_attention:
+        lines.insert(2, f"paged_lab attention backend: {report.paged_lab_attention}")
     for m, runs in report.runs.items():
         secs = statistics.median(r.seconds for r in runs)
         per = ", ".join(f"{r.tokens_per_s:.1f}" for r in runs)

@@ -43,6 +43,9 @@ def _generate(args) -> int:
         print(f"\nKV pool: {st['num_blocks']} blocks x {st['block_size']} tokens; "
               f"prefix cache hits {st['prefix_cache_hits']}/{st['prefix_cache_queries']} tokens; "
               f"{st['num_steps']} steps, {st['num_preemptions']} preemptions, {st['num_cow']} copy-on-write")
+        from paged_lab.bench import attention_summary
+
+        print(f"attention backend: {attention_summary(st)}")
         for sid, (table, n) in final_block_tables(st["events"]).items():
             print(f"seq {sid!s:>6}: {n:>4} tokens in blocks {table}")
     return 0

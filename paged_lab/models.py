@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from paged_lab._cache import cache_root
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -42,10 +43,6 @@ def smollm2_gguf_path() -> Path:
     if not files:
         raise ModelNotAvailableError(f"no .gguf file in {folder}; reinstall {SMOLLM2_WHEEL}")
     return files[0]
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("PAGED_LAB_CACHE", Path.home() / ".cache" / "paged_lab"))
 
 
 def _torch_dtype(dtype: Any):

@@ -2,7 +2,7 @@
 
 import pytest
 
-import paged_lab  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines before anything imports triton)
+import paged_lab.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU-only machines before anything imports triton)
 
 
 @pytest.fixture(scope="session")

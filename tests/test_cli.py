@@ -20,6 +20,8 @@ def test_generate_prints_text_and_block_tables():
     line = next(x for x in out.splitlines() if x.startswith("seq"))
     assert "8 tokens in blocks" in line and line.count(",") == 3
     assert "KV pool:" in out
+    assert any(line.startswith("attention backend: ") and line.split(": ")[1] in ("cpu", "torch", "triton")
+               for line in out.splitlines())  # the backend that ran, named
 
 
 @pytest.mark.parametrize("flag,value,field", [("--max-tokens", "0", "max_tokens"), ("--top-p", "1.5", "top_p"),
@@ -61,6 +63,10 @@ def test_a_small_bench_reports_tokens_per_second_and_ratios(smollm2):
                        long_tokens=6, methods=("paged_lab", "hf_static"), progress=False, loaded=smollm2)
     text = format_report(report)
     assert "paged_lab weights: " in text and "paged_lab / hf_static: " in text
+    from paged_lab.kernels import resolve_backend
+
+    ran = resolve_backend("auto", torch.zeros(1, 16, 3, 64))  # SmolLM2's cache: 3 KV heads of 64
+    assert f"paged_lab attention backend: {ran}\n" in text
     assert sum(r.max_tokens for r in report.workload) == report.runs["paged_lab"][0].output_tokens
     assert report.median_tokens_per_s("paged_lab") > 0 and report.median_tokens_per_s("hf_static") > 0
     # the step breakdown: prompts come in through prefill steps, and every decode step ran 1-2 sequences

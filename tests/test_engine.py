@@ -175,13 +175,10 @@ def test_without_prepacked_weights_the_tokens_are_the_same(smollm2, prompt_ids, 
     assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
 
 
-def test_the_torch_attention_code_gives_the_same_tokens_as_the_c_kernels(smollm2, prompt_ids, hf_greedy, monkeypatch):
-    """On a CPU with AVX-512 the other tests' attention runs in C (kernels.cpu_paged); with that turned
-    off, the torch backend's own gather + SDPA code must give HF's tokens as well."""
-    from paged_lab.kernels import torch_paged
-
-    monkeypatch.setattr(torch_paged, "USE_CPU_KERNEL", False)
-    llm = make_llm(smollm2)
+def test_the_torch_attention_code_gives_the_same_tokens_as_the_c_kernels(smollm2, prompt_ids, hf_greedy):
+    """On a CPU with AVX-512 the other tests' attention runs in C (the "cpu" backend); the torch
+    backend's own gather + SDPA code must give HF's tokens as well."""
+    llm = make_llm(smollm2, attention_backend="torch")
     assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
 
 

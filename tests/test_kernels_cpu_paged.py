@@ -15,7 +15,6 @@ from paged_lab.kernels import (
     paged_attention_prefill,
     reference,
     store_kv,
-    torch_paged,
 )
 from paged_lab.kernels.synthetic import random_paged_kv
 
@@ -105,22 +104,22 @@ def test_prefill_matches_reference_for_whole_and_chunked_prompts(data, block_siz
     torch.testing.assert_close(got, paged_attention_prefill(*args, backend="reference"), atol=2e-6, rtol=2e-5)
 
 
-def test_the_torch_backend_gives_the_same_prefill_with_and_without_the_c_kernel(monkeypatch):
+@needs_kernel
+def test_the_cpu_and_torch_backends_give_the_same_prefill():
     kv = random_paged_kv([5, 12, 20], block_size=4, num_kv_heads=2, head_dim=64, seed=3)
     qsl = torch.tensor([0, 5, 8, 14], dtype=torch.int32)  # a whole prompt, then chunks that start mid-block
     q = torch.randn(14, 8, 64, generator=torch.Generator().manual_seed(4))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
-    with_kernel = paged_attention_prefill(*args, backend="torch")
-    monkeypatch.setattr(torch_paged, "USE_CPU_KERNEL", False)
+    with_kernel = paged_attention_prefill(*args, backend="cpu")
     torch.testing.assert_close(with_kernel, paged_attention_prefill(*args, backend="torch"), atol=2e-6, rtol=2e-5)
 
 
-def test_the_torch_backend_gives_the_same_decode_with_and_without_the_c_kernel(monkeypatch):
+@needs_kernel
+def test_the_cpu_and_torch_backends_give_the_same_decode():
     kv = random_paged_kv([1, 7, 16, 40], block_size=8, num_kv_heads=3, head_dim=64, seed=1)
     q = torch.randn(4, 9, 64, generator=torch.Generator().manual_seed(2))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
-    with_kernel = paged_attention_decode(*args, backend="torch")
-    monkeypatch.setattr(torch_paged, "USE_CPU_KERNEL", False)
+    with_kernel = paged_attention_decode(*args, backend="cpu")
     torch_only = paged_attention_decode(*args, backend="torch")
     torch.testing.assert_close(with_kernel, torch_only, atol=2e-6, rtol=2e-5)
 

@@ -37,9 +37,12 @@ def _decode_args(kv, **over):
 
 
 def test_auto_is_torch_on_cpu_and_unknown_backend_is_named(kv):
-    assert set(BACKENDS) == {"auto", "triton", "torch", "reference"}
+    """On a CPU "auto" is the C kernels where they can run (a backend named "cpu"), else torch."""
+    from paged_lab.kernels import cpu_paged
+
+    assert set(BACKENDS) == {"auto", "triton", "cpu", "torch", "reference"}
     if not torch.cuda.is_available():
-        assert resolve_backend("auto", kv.k_cache) == "torch"
+        assert resolve_backend("auto", kv.k_cache) == ("cpu" if cpu_paged.available() else "torch")
     with pytest.raises(ValueError, match="backend must be one of"):
         paged_attention_decode(**_decode_args(kv), backend="cuda")
 
@@ -154,20 +157,48 @@ def test_importing_paged_lab_does_not_import_triton():
     assert res.stdout.strip() == "False", res.stderr[-2000:]
 
 
-def test_auto_falls_back_to_torch_once_when_triton_fails(monkeypatch):
-    """Under "auto" a Triton failure (say, an untested GPU) warns and switches to torch; "triton" raises."""
+def _breaks(monkeypatch, name, op, message="no kernel image for this GPU"):
+    """Make backend ``name``'s ``op`` raise, as a launch on an untested GPU would."""
+    import dataclasses
+
     from paged_lab.kernels import dispatch
 
-    monkeypatch.setattr(dispatch, "_auto_triton_error", None)
+    def broken(*args, **kwargs):
+        raise RuntimeError(message)
 
-    def broken():
-        raise RuntimeError("no kernel image for this GPU")
+    table = dict(dispatch.BACKEND_TABLE)
+    table[name] = dataclasses.replace(table[name], **{op: broken})
+    monkeypatch.setattr(dispatch, "BACKEND_TABLE", table)
 
-    with pytest.warns(RuntimeWarning, match="no kernel image for this GPU"):
-        assert dispatch._run_triton(True, broken, lambda: "torch result") == "torch result"
-    assert dispatch._auto_triton_error == "RuntimeError: no kernel image for this GPU"
+
+def test_under_auto_a_failing_backend_falls_back_per_call_and_is_counted(kv, monkeypatch, caplog):
+    """Under "auto" a backend that raises is logged and counted, and that call runs on the next one;
+    the next call tries it again (it is not switched off for the session). A named backend raises."""
+    from paged_lab.kernels import KernelStats, dispatch
+
+    first = resolve_backend("auto", kv.k_cache, kv.v_cache, torch.randn(2, 9, 64))
+    if first == "torch":  # nothing to fall back from on this machine: make "auto" list the reference first
+        monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: ["reference", "torch"] if b == "auto"
+                            else [b])
+        first = "reference"
+    args = _decode_args(kv)
+    want = paged_attention_decode(**args, backend="torch")
+    _breaks(monkeypatch, first, "decode")
+    stats = KernelStats()
+    with caplog.at_level("WARNING", logger="paged_lab.kernels"):
+        for _ in range(3):
+            torch.testing.assert_close(paged_attention_decode(**args, stats=stats), want)
+    assert stats.failures[first] == 3 and stats.calls["torch"] == 3  # tried every call, not switched off
+    assert "no kernel image" in stats.last_error[first]
+    assert sum("no kernel image" in r.getMessage() for r in caplog.records) == 1  # logged once, counted always
     with pytest.raises(RuntimeError, match="no kernel image"):
-        dispatch._run_triton(False, broken, lambda: "torch result")
+        paged_attention_decode(**args, backend=first)
+
+
+def test_a_named_backend_that_cannot_take_the_tensors_says_why(kv):
+    with pytest.raises(ValueError, match="backend='cpu' does not support"):
+        paged_attention_decode(**_decode_args(kv, k_cache=kv.k_cache.bfloat16(), v_cache=kv.v_cache.bfloat16(),
+                                              q=torch.randn(2, 9, 64).bfloat16()), backend="cpu")
 
 
 def test_triton_backend_rejects_a_cache_whose_head_dim_is_not_contiguous(kv):

@@ -1,6 +1,7 @@
 """The engine's fast path (a GatherPlan shared by all layers, checks once per step) computes the same
 attention as the self-contained call."""
 
+import pytest
 import torch
 
 from paged_lab.kernels import paged_attention_decode, paged_attention_prefill, store_kv
@@ -123,3 +124,39 @@ def test_a_mixed_step_split_into_decodes_and_prefills_attends_as_one_batch():
     torch.testing.assert_close(bv, av, **exact)
     checked = split.checked()
     assert checked.validated and all(part.validated for part in checked.split)
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference", "auto"])
+@pytest.mark.parametrize("one_tensor", [True, False])
+def test_dispatch_store_and_decode_equals_store_then_decode(backend, one_tensor):
+    """kernels.store_and_decode, the decode step of every layer: with the step's plan and a layer's
+    K/V as the halves of one tensor (engine.KVCache) the torch backend takes its fused path, else the
+    backend's store then its decode; the results and the caches are the same either way."""
+    from paged_lab.kernels import store_and_decode, uses_plan
+
+    kv = random_paged_kv([3, 9, 16, 30], block_size=4, num_kv_heads=3, head_dim=64, seed=7)
+    g = torch.Generator().manual_seed(8)
+    S = kv.block_tables.shape[0]
+    q, k, v = torch.randn(S, 9, 64, generator=g), torch.randn(S, 3, 64, generator=g), torch.randn(S, 3, 64, generator=g)
+    last = kv.context_lens.long() - 1
+    slots = kv.block_tables.long().gather(1, (last // 4)[:, None]).squeeze(1) * 4 + last % 4
+    want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
+    store_kv(k, v, want_k, want_v, slots, backend="reference")
+    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125, backend="reference")
+    layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
+    k_cache, v_cache = (layer[0], layer[1]) if one_tensor else (kv.k_cache.clone(), kv.v_cache.clone())
+    plan = plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots) if uses_plan(backend, k_cache) else None
+    got = store_and_decode(q, k, v, k_cache, v_cache, slots, kv.block_tables, kv.context_lens, 0.125,
+                           backend=backend, plan=plan)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(k_cache, want_k, **exact)
+    torch.testing.assert_close(v_cache, want_v, **exact)
+
+
+def test_a_plan_says_whether_it_can_fuse_store_and_decode():
+    kv = random_paged_kv([3, 9], block_size=4, num_kv_heads=1, head_dim=16, seed=1)
+    slots = torch.tensor([2, 20])
+    assert plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots).can_fuse
+    assert not plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=torch.tensor([2, -1])).can_fuse
+    assert not plan_gather(kv.block_tables, kv.context_lens, 4).can_fuse  # no slot_mapping: it cannot store

@@ -4,20 +4,25 @@
     outs = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8, temperature=0))
     outs[0].outputs[0].text
 
-One engine step:
-  1. ``Scheduler.schedule()`` picks the batch: new prefills (only their uncached tokens) and one
-     decode token per running sequence; it reserves slots in the BlockManager, preempting when full;
-  2. copy-on-write block copies are applied to the KV tensors;
-  3. one forward over the flat batch (``PagedLlama``), attention through ``paged_lab.kernels``;
-  4. the last position of every sequence whose tokens are all computed is sampled;
-  5. ``Scheduler.update()`` appends the tokens and finishes sequences (EOS, max_tokens); the engine
-     adds stop strings and extra EOS ids of the model.
+One engine step (``LLM.step``), in the phases of nano-vllm's model runner:
+  0. ``Scheduler.schedule()`` picks the batch: new prefills (only their uncached tokens) and one
+     decode token per running sequence; it reserves slots in the BlockManager, preempting when full.
+     Copy-on-write block copies are applied to the KV tensors;
+  1. ``prepare_batch``: one flat ``Batch`` of every scheduled query token, with the attention metadata
+     (slot_mapping, block tables, context lengths) the kernels read;
+  2. ``run_model``: one forward over the batch (``PagedLlama``, or a compiled decode graph), attention
+     through ``paged_lab.kernels``; it returns the logits of the sampled rows only;
+  3. ``postprocess``: sample, ``Scheduler.update()`` appends the tokens and finishes sequences (EOS,
+     max_tokens); n > 1 children are forked; the engine adds stop strings and extra EOS ids.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
+from collections import Counter
 from collections.abc import Sequence as _Seq
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,6 +46,24 @@ class _Request:
             request_id, prompt, prompt_token_ids, params)
         self.seqs: list[Sequence] = []
         self.pending_forks = params.n - 1  # children forked after the parent's prefill
+        self.num_cached_tokens: int | None = None  # the BlockManager's prefix-cache hit, at the first prefill
+
+
+@dataclass
+class Batch:
+    """One step's model input: the query tokens of every scheduled sequence, concatenated, one-token
+    queries (decodes) first. num_tokens = sum of query lengths; num_seqs = len(scheduled)."""
+
+    scheduled: list  # [num_seqs] ScheduledSeq, in batch order
+    input_ids: torch.Tensor  # int64 [num_tokens]
+    positions: torch.Tensor  # int64 [num_tokens]: each token's position in its sequence
+    meta: AttentionMetadata  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], context_lens ...
+    sample_rows: list[int]  # [num_sampled]: the row of each sampled sequence's last query token
+    sample_seqs: list[Sequence]  # [num_sampled]: the sequence each of those rows samples for
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[0]
 
 
 class LLM:
@@ -52,7 +75,8 @@ class LLM:
         bytes (default 512 MiB); max_num_seqs: sequences running at once; max_num_batched_tokens: tokens
         per step (default: no limit beyond the pool).
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
-    attention_backend: "auto" (Triton on CUDA, vectorized torch on CPU), "torch", "triton", "reference".
+    attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
+        "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
@@ -73,31 +97,10 @@ class LLM:
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
-        if attention_backend not in kernels.BACKENDS:
-            raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
-        if preemption != "recompute":
-            raise ValueError(f"preemption must be 'recompute' (the engine keeps no CPU swap space), "
-                             f"got {preemption!r}")
-        check_int("block_size", block_size, minimum=1)
-        if compile_sizes is not None and (
-                not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
-            raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
-        if isinstance(model, str):
-            from paged_lab.models import load_model
-
-            hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=device)
-            tokenizer = tokenizer or loaded_tok
-            self.model_name = model
-        else:
-            if tokenizer is None:
-                raise ValueError("tokenizer is required when model is an already loaded transformers model")
-            hf_model = model
-            self.model_name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-        param = next(hf_model.parameters())
-        if canonical_dtype(param.dtype) != canonical_dtype(dtype):
-            raise ValueError(f"dtype={dtype!r} but the given model holds {param.dtype} weights")
-        self.hf_model, self.tokenizer = hf_model, tokenizer
-        self.device = param.device
+        _check_engine_args(attention_backend, preemption, block_size, compile_sizes)
+        hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
+        self.hf_model = hf_model
+        self.device = next(hf_model.parameters()).device
         self.dtype = canonical_dtype(dtype)
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         if not enforce_eager and (self.device.type != "cpu" or self.dtype != "float32"):
@@ -112,21 +115,24 @@ class LLM:
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
         self.attention_backend = attention_backend
-        self._attend = paged_attention(attention_backend)
+        kernels.resolve_backend(attention_backend, *self.kv.layers[0])  # a backend that cannot run here raises now
+        self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
+        self._attend = paged_attention(attention_backend, stats=self.kernel_stats)
+        self._uses_plan = kernels.uses_plan(attention_backend, *self.kv.layers[0])
         self.enable_prefix_caching = enable_prefix_caching
-        self.eos_token_ids = _eos_ids(hf_model, tokenizer)
+        self.eos_token_ids = _eos_ids(hf_model, self.tokenizer)
         self._requests: dict[Any, _Request] = {}  # seq_id -> its request
-        self._generators: dict[Any, torch.Generator | None] = {}
-        self._num_cached: dict[Any, int] = {}  # seq_id -> prompt tokens found in the prefix cache
+        self._generators: dict[Any, torch.Generator | None] = {}  # seq_id -> its sampling RNG (on self.device)
         self._next_request = 0
         self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
         if not enforce_eager:
-            self.compiled = self._compile(hf_model, compile_sizes, progress=compile_progress)
+            self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
         self._peak_usage = 0.0
 
     # ------------------------------------------------------------------------------------ validation
     def _prepare(self, prompts, sampling_params) -> list[tuple[str | None, list[int], SamplingParams]]:
+        """Every (prompt, params) pair checked and tokenized, or a ValueError naming the first bad one."""
         single = isinstance(prompts, (str, dict))
         prompts = [prompts] if single else list(prompts)
         if sampling_params is None:
@@ -137,40 +143,47 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(prompts):
                 raise ValueError(f"sampling_params has {len(params)} entries but there are {len(prompts)} prompts")
+        return [self._check_request(i, p, sp) for i, (p, sp) in enumerate(zip(prompts, params))]
+
+    def _check_request(self, i: int, prompt, sp) -> tuple[str | None, list[int], SamplingParams]:
+        where = f"prompts[{i}]"
+        text, ids = self._tokenize(where, prompt)
+        if not isinstance(sp, SamplingParams):
+            raise ValueError(f"sampling_params[{i}] must be a SamplingParams, got {type(sp).__name__}")
+        sp.validate()
+        if not ids:
+            raise ValueError(f"{where}: prompt is empty (it must hold at least 1 token)")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"{where}: prompt has {len(ids)} tokens; the model context (max_model_len) "
+                             f"is {self.max_model_len}, so at most {self.max_model_len - 1} fit")
+        if bad := [t for t in ids if not 0 <= t < self.spec.vocab_size]:
+            raise ValueError(f"{where}: prompt_token_ids hold ids outside [0, {self.spec.vocab_size}): {bad[:5]}")
         pool_slots = self.num_blocks * self.block_size
-        prepared = []
-        for i, (p, sp) in enumerate(zip(prompts, params)):
-            where = f"prompts[{i}]"
-            if isinstance(p, dict):
-                if "prompt_token_ids" not in p:
-                    raise ValueError(f"{where}: a dict prompt needs the key 'prompt_token_ids'")
-                text, ids = p.get("prompt"), [int(t) for t in p["prompt_token_ids"]]
-            elif isinstance(p, str):
-                text, ids = p, self.tokenizer(p).input_ids
-            else:
-                raise ValueError(f"{where}: prompt must be a string or {{'prompt_token_ids': [...]}}, "
-                                 f"got {type(p).__name__}")
-            if not isinstance(sp, SamplingParams):
-                raise ValueError(f"sampling_params[{i}] must be a SamplingParams, got {type(sp).__name__}")
-            sp.validate()
-            if not ids:
-                raise ValueError(f"{where}: prompt is empty (it must hold at least 1 token)")
-            if len(ids) >= self.max_model_len:
-                raise ValueError(f"{where}: prompt has {len(ids)} tokens; the model context (max_model_len) "
-                                 f"is {self.max_model_len}, so at most {self.max_model_len - 1} fit")
-            if bad := [t for t in ids if not 0 <= t < self.spec.vocab_size]:
-                raise ValueError(f"{where}: prompt_token_ids hold ids outside [0, {self.spec.vocab_size}): {bad[:5]}")
-            if len(ids) > pool_slots:
-                raise ValueError(f"{where}: prompt has {len(ids)} tokens but the whole KV pool holds "
-                                 f"{pool_slots} ({self.num_blocks} blocks x {self.block_size})")
-            max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
-            need = -(-(len(ids) + max_tokens - 1) // self.block_size)
-            if need > self.num_blocks:
-                raise ValueError(
-                    f"{where}: prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) needs {need} KV blocks "
-                    f"but the pool has {self.num_blocks}; lower max_tokens or enlarge the pool")
-            prepared.append((text, ids, sp))
-        return prepared
+        if len(ids) > pool_slots:
+            raise ValueError(f"{where}: prompt has {len(ids)} tokens but the whole KV pool holds "
+                             f"{pool_slots} ({self.num_blocks} blocks x {self.block_size})")
+        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        need = self.block_manager.blocks_for(len(ids) + max_tokens - 1)
+        if need > self.num_blocks:
+            raise ValueError(
+                f"{where}: prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) needs {need} KV blocks "
+                f"but the pool has {self.num_blocks}; lower max_tokens or enlarge the pool")
+        return text, ids, sp
+
+    def _tokenize(self, where: str, prompt) -> tuple[str | None, list[int]]:
+        """(text or None, token ids) of a string prompt or a ``{"prompt_token_ids": [...]}`` dict."""
+        if isinstance(prompt, str):
+            return prompt, self.tokenizer(prompt).input_ids
+        if not isinstance(prompt, dict):
+            raise ValueError(f"{where}: prompt must be a string or {{'prompt_token_ids': [...]}}, "
+                             f"got {type(prompt).__name__}")
+        if "prompt_token_ids" not in prompt:
+            raise ValueError(f"{where}: a dict prompt needs the key 'prompt_token_ids'")
+        ids = list(prompt["prompt_token_ids"])
+        for j, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise ValueError(f"{where}: prompt_token_ids[{j}] must be an integer token id, got {t!r}")
+        return prompt.get("prompt"), [int(t) for t in ids]
 
     # ------------------------------------------------------------------------------------ generate
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
@@ -209,7 +222,7 @@ class LLM:
                        ignore_eos=sp.ignore_eos, arrival_step=self.scheduler.step_count)
         req.seqs.append(seq)
         self._requests[seq.seq_id] = req
-        self._generators[seq.seq_id] = None if sp.greedy else make_generator(sp.seed)
+        self._generators[seq.seq_id] = None if sp.greedy else make_generator(sp.seed, self.device)
         self.scheduler.add_request(seq)
         return req
 
@@ -218,86 +231,102 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ one step
     def step(self) -> list[Sequence]:
-        """Schedule, run one forward over the whole batch, sample, update. Returns finished sequences."""
+        """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished."""
         t0 = time.perf_counter()
         out = self.scheduler.schedule()
-        self.kv.copy_blocks(list(out.cow_copies))
-        if not out.scheduled:
-            self._record(out, 0, t0)
-            return self.scheduler.update(out, [])
-        # one-token queries (decodes) first: a mixed step can then attend them apart (AttentionMetadata.split)
-        scheduled = sorted(out.scheduled, key=lambda s: s.end - s.start > 1)
-        input_ids, positions, slots, tables, ctx_lens, qsl, sample_rows, sample_seqs = [], [], [], [], [], [0], [], []
+        self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
+        batch = self.prepare_batch(out) if out.scheduled else None
+        logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+        finished = self.postprocess(out, batch, logits)
+        self._record(out, 0 if batch is None else batch.num_tokens, t0)
+        return finished
+
+    def prepare_batch(self, out) -> Batch:
+        """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
+        table and context length. One-token queries (decodes) go first, so that a mixed step can attend
+        them apart (``AttentionMetadata.split``)."""
+        scheduled = sorted(out.scheduled, key=lambda s: s.num_tokens > 1)
         bm = self.block_manager
+        input_ids, positions, slots, tables, ctx_lens, qsl = [], [], [], [], [], [0]
+        sample_rows, sample_seqs = [], []
         for s in scheduled:
             seq = s.seq
-            input_ids.extend(seq.token_ids[s.start:s.end])
-            positions.extend(range(s.start, s.end))
-            slots.extend(bm.slot_mapping(seq.seq_id, s.start, s.end))
+            input_ids += seq.token_ids[s.start:s.end]
+            positions += range(s.start, s.end)
+            slots += bm.slot_mapping(seq.seq_id, s.start, s.end)
             tables.append(bm.block_table(seq.seq_id))
             ctx_lens.append(s.end)
-            qsl.append(qsl[-1] + s.end - s.start)
-            if seq.seq_id not in self._num_cached and s.is_prefill:
-                self._num_cached[seq.seq_id] = s.start  # tokens the prefix cache supplied
-            if s.samples:  # every known token computed -> sample the next one
+            qsl.append(qsl[-1] + s.num_tokens)
+            req = self._requests[seq.seq_id]
+            if s.is_prefill and req.num_cached_tokens is None and seq is req.seqs[0]:
+                req.num_cached_tokens = bm.num_cached_tokens(seq.seq_id)  # what its first prefill skipped
+            if s.samples:  # every known token computed -> sample the next one from the last position
                 sample_rows.append(qsl[-1] - 1)
                 sample_seqs.append(seq)
-        dev = self.device
-        torch_plan = kernels.resolve_backend(self.attention_backend, *self.kv.layers[0]) == "torch"
-        n_decode = next((i for i, s in enumerate(scheduled) if s.end - s.start > 1), len(scheduled))
-        split = torch_plan and 0 < n_decode < len(scheduled)
-        meta = self._metadata(slots, tables, ctx_lens, qsl, torch_plan and not split)
-        if split:
+        n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
+        split = self._uses_plan and 0 < n_decode < len(scheduled)  # see AttentionMetadata.split
+        meta = self._metadata(slots, tables, ctx_lens, qsl, self._uses_plan and not split)
+        if split:  # each part has its own tensors and plan
             meta.split = (self._metadata(slots[:n_decode], tables[:n_decode], ctx_lens[:n_decode],
                                          qsl[:n_decode + 1], True),
                           self._metadata(slots[n_decode:], tables[n_decode:], ctx_lens[n_decode:],
                                          [q - n_decode for q in qsl[n_decode:]], True))
-        ids_t = torch.tensor(input_ids, dtype=torch.long, device=dev)
-        pos_t = torch.tensor(positions, dtype=torch.long, device=dev)
-        sampled: list[int] = []
-        if self.compiled is not None and meta.is_decode and self.compiled.bucket(len(scheduled)):
-            # every row is sampled in a decode step: the compiled graph ends in the logits
-            plan = meta.plan
-            fused = plan is not None and plan.store_slots is not None and plan.store_rows is None
-            logits = self.compiled(ids_t, pos_t, self.kv.layers, meta, self._attend,
-                                   kv_data=self.kv.data if fused else None)  # [n, vocab]
-            if sample_rows:
-                sampled = self._sample(logits[sample_rows], sample_seqs)
-        else:
-            hidden = self.runner.forward(ids_t, pos_t, self.kv.layers, meta, attention=self._attend)
-            if sample_rows:
-                logits = self.runner.compute_logits(hidden[torch.tensor(sample_rows, device=dev)])  # [n, vocab]
-                sampled = self._sample(logits, sample_seqs)
-        if len(sample_seqs) > 1:  # back to the scheduler's order
-            token_of = {seq.seq_id: t for seq, t in zip(sample_seqs, sampled)}
-            sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
-        finished = list(self.scheduler.update(out, sampled))
-        if sample_seqs:
-            finished += self._fork_children(logits, sample_seqs)
-        finished += self._engine_stops([s for s in self._live(sample_seqs)])
-        self._record(out, qsl[-1], t0)
-        return finished
+        dev = self.device
+        return Batch(scheduled, torch.tensor(input_ids, dtype=torch.long, device=dev),
+                     torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows, sample_seqs)
 
-    def _metadata(self, slots, tables, ctx_lens, qsl, torch_plan: bool) -> AttentionMetadata:
-        """The attention tensors of a batch; ``torch_plan`` adds the torch kernels' gather plan."""
+    def _metadata(self, slots, tables, ctx_lens, qsl, with_plan: bool) -> AttentionMetadata:
+        """The attention tensors of a batch; ``with_plan`` adds the torch/C kernels' gather plan."""
         dev, width = self.device, max(len(t) for t in tables)
+        q_lens = [b - a for a, b in zip(qsl, qsl[1:])]
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device=dev),
-            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
-            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),
-            is_decode=qsl[-1] == len(tables),
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),  # [num_tokens]
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32,
+                                      device=dev),  # [num_seqs, width], padded with block 0 (never read)
+            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),  # [num_seqs]
+            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),  # [num_seqs + 1]
+            is_decode=qsl[-1] == len(tables), max_query_len=max(q_lens), max_context_len=max(ctx_lens),
         )
-        if torch_plan:  # gather indices and masks of the torch kernel: once per step, shared by all layers
+        if with_plan:  # gather indices and masks: once per step, shared by all layers
             meta.plan = kernels.torch_paged.plan_gather(
-                meta.block_tables, meta.context_lens, self.block_size,
-                query_start_loc=None if meta.is_decode else meta.query_start_loc, slot_mapping=meta.slot_mapping)
+                meta.block_tables, meta.context_lens, self.block_size, max_ctx=meta.max_context_len,
+                query_start_loc=None if meta.is_decode else meta.query_start_loc, slot_mapping=meta.slot_mapping,
+                max_query_len=meta.max_query_len)
         return meta
 
-    def _compile(self, hf_model, sizes, progress: bool):
+    def run_model(self, batch: Batch) -> torch.Tensor | None:
+        """One forward over the batch -> fp32 logits of the sampled rows, ``[num_sampled, vocab]`` (None when
+        no row samples: prefill chunks that do not reach their prompt's end only fill the cache). A decode
+        batch no larger than a compiled size runs the compiled graph (it ends in every row's logits)."""
+        meta = batch.meta
+        if self.compiled is not None and meta.is_decode and self.compiled.bucket(len(batch.scheduled)):
+            logits = self.compiled(batch.input_ids, batch.positions, self.kv.layers, meta, self._attend)
+            return logits[batch.sample_rows]  # [num_sampled, vocab]
+        hidden = self.runner.forward(batch.input_ids, batch.positions, self.kv.layers, meta, attention=self._attend)
+        if not batch.sample_rows:
+            return None
+        rows = torch.tensor(batch.sample_rows, device=self.device)
+        return self.runner.compute_logits(hidden[rows])  # [num_sampled, vocab]
+
+    def postprocess(self, out, batch: Batch | None, logits: torch.Tensor | None) -> list[Sequence]:
+        """Sample the next tokens, hand them to the scheduler (EOS, max_tokens), fork n > 1 children
+        from parents that just sampled their first token, and apply the engine's own stops."""
+        if logits is None:
+            return list(self.scheduler.update(out, []))
+        seqs = batch.sample_seqs
+        sampled = self._sample(logits, seqs)
+        if len(seqs) > 1:  # back to the scheduler's order
+            token_of = {seq.seq_id: t for seq, t in zip(seqs, sampled)}
+            sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
+        finished = list(self.scheduler.update(out, sampled))
+        finished += self._fork_children(logits, seqs)
+        finished += self._engine_stops(self._live(seqs))
+        return finished
+
+    def _compile(self, sizes, progress: bool):
         from paged_lab.engine.compiled import DEFAULT_CAPTURE_SIZES, CompiledDecoder
 
-        compiled = CompiledDecoder(hf_model, self.runner, DEFAULT_CAPTURE_SIZES if sizes is None else sizes)
+        compiled = CompiledDecoder(self.runner, DEFAULT_CAPTURE_SIZES if sizes is None else sizes)
         compiled.warm_up(self.kv.layers, progress=progress)
         return compiled
 
@@ -315,32 +344,43 @@ class LLM:
             req = self._requests[parent.seq_id]
             if not req.pending_forks or parent.num_output_tokens != 1:
                 continue
-            sp = req.params
             while req.pending_forks:
-                i = len(req.seqs)
-                child = Sequence(f"{req.request_id}.{i}", req.prompt_token_ids, max_tokens=parent.max_tokens,
-                                 eos_token_id=parent.eos_token_id, ignore_eos=parent.ignore_eos,
-                                 arrival_step=parent.arrival_step)
-                gen = None if sp.greedy else make_generator(None if sp.seed is None else sp.seed + i)
-                token = sample(logits[row : row + 1], [sp], [gen])[0]
-                req.seqs.append(child)
-                req.pending_forks -= 1
-                self._requests[child.seq_id], self._generators[child.seq_id] = req, gen
-                stop = "stop" if (token in self.eos_token_ids and not sp.ignore_eos) else (
-                    "length" if child.max_tokens == 1 else None)
-                if parent.status is SequenceStatus.RUNNING:
-                    self.scheduler.fork(parent, child, last_token_id=token)
-                    if stop:
-                        self.scheduler.finish(child, stop)
-                        finished.append(child)
-                elif stop:  # the parent already finished (and freed its blocks): the child needs none
-                    child.token_ids.append(token)
-                    child.status, child.finish_reason = SequenceStatus.FINISHED, stop
+                child, token = self._new_child(req, parent, logits[row : row + 1])
+                if self._place_child(parent, child, token, self._stop_reason(req, child, token)):
                     finished.append(child)
-                else:  # the parent stopped at its first token but the child goes on: prefill it anew
-                    child.token_ids.append(token)
-                    self.scheduler.add_request(child)
         return finished
+
+    def _new_child(self, req: _Request, parent: Sequence, logits_row: torch.Tensor) -> tuple[Sequence, int]:
+        """Child i of ``req`` and its first token, drawn from the parent's first logits row ``[1, vocab]``."""
+        sp, i = req.params, len(req.seqs)
+        child = Sequence(f"{req.request_id}.{i}", req.prompt_token_ids, max_tokens=parent.max_tokens,
+                         eos_token_id=parent.eos_token_id, ignore_eos=parent.ignore_eos,
+                         arrival_step=parent.arrival_step)
+        gen = None if sp.greedy else make_generator(None if sp.seed is None else sp.seed + i, self.device)
+        token = sample(logits_row, [sp], [gen])[0]
+        req.seqs.append(child)
+        req.pending_forks -= 1
+        self._requests[child.seq_id], self._generators[child.seq_id] = req, gen
+        return child, token
+
+    def _stop_reason(self, req: _Request, child: Sequence, token: int) -> str | None:
+        if token in self.eos_token_ids and not req.params.ignore_eos:
+            return "stop"
+        return "length" if child.max_tokens == 1 else None
+
+    def _place_child(self, parent: Sequence, child: Sequence, token: int, stop: str | None) -> bool:
+        """Give a new child to the scheduler (or finish it); True when it finished at once."""
+        if parent.status is SequenceStatus.RUNNING:  # share the parent's blocks
+            self.scheduler.fork(parent, child, last_token_id=token)
+            if stop:
+                self.scheduler.finish(child, stop)
+            return stop is not None
+        child.token_ids.append(token)
+        if stop:  # the parent already finished (and freed its blocks): the child needs none
+            child.status, child.finish_reason = SequenceStatus.FINISHED, stop
+            return True
+        self.scheduler.add_request(child)  # the parent stopped at its first token: prefill the child anew
+        return False
 
     def _engine_stops(self, seqs: list[Sequence]) -> list[Sequence]:
         """Stops the Scheduler does not know: extra EOS ids of the model, and stop strings."""
@@ -398,8 +438,7 @@ class LLM:
             if cut is not None:  # the stop string is not part of the returned text
                 text, reason = cut, "stop"
             outs.append(CompletionOutput(i, text, ids, reason))
-        cached = self._num_cached.get(req.seqs[0].seq_id, 0)
-        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, cached)
+        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, req.num_cached_tokens or 0)
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
@@ -408,9 +447,16 @@ class LLM:
         return self.block_manager.reset_prefix_cache()
 
     def stats(self) -> dict:
-        """KV usage, prefix-cache queries/hits (tokens), preemptions, steps and the event log."""
+        """KV usage, prefix-cache queries/hits (tokens), preemptions, steps, the attention backends that
+        ran (calls per backend; failures "auto" fell back from) and the event log."""
         bm = self.block_manager
+        ks = self.kernel_stats
         return {
+            "attention_backend": self.attention_backend,
+            "attention_backend_ran": ", ".join(name for name, _ in Counter(ks.calls).most_common()) or None,
+            "attention_calls": dict(ks.calls),
+            "attention_failures": dict(ks.failures),
+            "attention_errors": dict(ks.last_error),
             "num_blocks": self.num_blocks,
             "block_size": self.block_size,
             "kv_cache_bytes": self.kv.bytes,
@@ -426,6 +472,33 @@ class LLM:
             "events": list(bm.events),
             "timeline": list(self.timeline),
         }
+
+
+def _check_engine_args(attention_backend, preemption, block_size, compile_sizes) -> None:
+    if attention_backend not in kernels.BACKENDS:
+        raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
+    if preemption != "recompute":
+        raise ValueError(f"preemption must be 'recompute' (the engine keeps no CPU swap space), "
+                         f"got {preemption!r}")
+    check_int("block_size", block_size, minimum=1)
+    if compile_sizes is not None and (
+            not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
+        raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
+
+
+def _load(model, tokenizer, dtype, device) -> tuple[Any, Any, str]:
+    """(transformers model, tokenizer, name) from a name/path (``models.load_model``) or a loaded model."""
+    if isinstance(model, str):
+        from paged_lab.models import load_model
+
+        hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=device)
+        return hf_model, tokenizer or loaded_tok, model
+    if tokenizer is None:
+        raise ValueError("tokenizer is required when model is an already loaded transformers model")
+    param = next(model.parameters())
+    if canonical_dtype(param.dtype) != canonical_dtype(dtype):
+        raise ValueError(f"dtype={dtype!r} but the given model holds {param.dtype} weights")
+    return model, tokenizer, getattr(model.config, "_name_or_path", "") or type(model).__name__
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str | None:

@@ -24,10 +24,12 @@ PACKED_MIN_ROWS = 4
 
 
 def can_prepack(weight: torch.Tensor) -> bool:
-    """True where oneDNN can prepack this weight: a CPU fp32/bf16 tensor and a torch built with mkldnn."""
+    """True where oneDNN can prepack this weight: a CPU fp32 tensor, or bf16 on a CPU whose oneDNN has a
+    bf16 path (AVX-512 BF16/AVX-NE-CONVERT; elsewhere the reorder raises), and a torch built with mkldnn."""
     return (weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and (weight.dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
 class Linear:

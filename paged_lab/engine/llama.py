@@ -17,6 +17,7 @@ import dataclasses
 import math
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,6 +35,10 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # int32 [num_seqs]: tokens in cache after this step, query included
     query_start_loc: torch.Tensor  # int32 [num_seqs + 1]: cumsum of query lengths
     is_decode: bool  # every sequence has exactly one query token -> the decode kernel
+    # The longest query and context of the step, as host ints: the engine knows them from its lists, so
+    # no kernel or RoPE table has to read them back from the device (a sync per layer on a GPU).
+    max_query_len: int | None = None
+    max_context_len: int | None = None
     # The torch backend's gather indices and masks (kernels.torch_paged.GatherPlan), built once per step
     # by the engine; None -> the kernel builds them itself (per layer).
     plan: Any = None
@@ -138,27 +143,61 @@ class LayerWeights:
     down: Linear  # [hidden, intermediate]
 
 
-def paged_attention(backend: str = "auto"):
+def paged_attention(backend: str = "auto", stats=None):
     """The attention step of every layer, through ``paged_lab.kernels``: store the new tokens' K/V in
-    their slots, then attend over the block tables (decode kernel when every query is one token)."""
+    their slots and attend over the block tables; a decode (one query token per sequence) does both
+    in one ``store_and_decode`` call. ``stats``: a ``kernels.KernelStats`` that counts what ran."""
     from paged_lab import kernels
 
     def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if meta.split is not None:
+        if meta.split is not None:  # decodes first, then prefills: each through its own kernel
             decode, prefill = meta.split
             n = decode.slot_mapping.shape[0]
             return torch.cat((attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, scale),
                               attend(q[n:], k[n:], v[n:], k_cache, v_cache, prefill, scale)))
-        check = not meta.validated
-        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, backend=backend, validate=check, plan=meta.plan)
+        run = dict(backend=backend, validate=not meta.validated, plan=meta.plan, stats=stats)
         if meta.is_decode:
-            return kernels.paged_attention_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                                  scale, backend=backend, validate=check, plan=meta.plan)
+            return kernels.store_and_decode(q, k, v, k_cache, v_cache, meta.slot_mapping, meta.block_tables,
+                                            meta.context_lens, scale, **run)
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, **run)
         return kernels.paged_attention_prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                               meta.query_start_loc, scale, backend=backend, validate=check,
-                                               plan=meta.plan)
+                                               meta.query_start_loc, scale, max_query_len=meta.max_query_len, **run)
 
     return attend
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes a decoder layer needs besides its weights."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float  # RMSNorm's epsilon
+
+
+def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, attend,
+                  dims: Dims) -> torch.Tensor:
+    """One Llama decoder layer, x ``[num_tokens, hidden]`` -> ``[num_tokens, hidden]``: RMSNorm -> q/k/v ->
+    RoPE -> attention -> o -> residual, RMSNorm -> SwiGLU MLP -> residual. The eager forward and the
+    compiled decode graph (``engine.compiled``) both run this function.
+
+    cos, sin: ``[num_tokens, 1, head_dim]`` (sin pre-signed, see ``PagedLlama._extend_rope``);
+    ``attend(q, k, v)`` stores the new K/V in the paged cache and returns ``[num_tokens, num_heads, head_dim]``.
+    """
+    nq, nkv, hd = dims.num_heads, dims.num_kv_heads, dims.head_dim
+    h = rms_norm(x, w.input_norm, dims.eps)
+    q, k, v = w.qkv.parts(h)
+    q = q.view(-1, nq, hd)  # [num_tokens, num_heads, head_dim]
+    k = k.view(-1, nkv, hd)  # [num_tokens, num_kv_heads, head_dim]
+    v = v.view(-1, nkv, hd)
+    q = q * cos + q.roll(hd // 2, -1) * sin  # RoPE: q * cos + rotate_half(q) * sin
+    k = k * cos + k.roll(hd // 2, -1) * sin
+    o = attend(q, k, v)  # [num_tokens, num_heads, head_dim]
+    x = x + w.o(o.reshape(-1, nq * hd))
+    h = rms_norm(x, w.post_norm, dims.eps)
+    gate, up = w.gate_up.parts(h)  # each [num_tokens, intermediate]
+    return x + w.down(F.silu(gate) * up)
 
 
 # The decode batch oneDNN lays the prepacked weights out for (engine.linear.Linear's batch_hint).
@@ -191,6 +230,7 @@ class PagedLlama:
         self.head_dim = getattr(config, "head_dim", None) or self.hidden_size // self.num_heads
         self.eps = float(getattr(config, "rms_norm_eps", 1e-6))
         self.scale = self.head_dim**-0.5
+        self.dims = Dims(self.num_heads, self.num_kv_heads, self.head_dim, self.eps)
         self.max_model_len = int(getattr(config, "max_position_embeddings", 0) or 2048)
         self.dtype = embed.dtype
         self.device = embed.device
@@ -252,11 +292,13 @@ class PagedLlama:
         half = sin.shape[-1] // 2
         self._sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
-    def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and pre-signed sin (see _extend_rope) of each position, each [num_tokens, 1, head_dim];
-        the tables grow when a position is past their end."""
-        if int(positions.max()) >= self._cos.shape[0]:
-            self._extend_rope(max(int(positions.max()) + 1, 2 * self._cos.shape[0]))
+    def rope_tables(self, positions: torch.Tensor, max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and pre-signed sin (see _extend_rope) of each position, each [num_tokens, 1, head_dim]; the
+        tables grow when a position is past their end. ``max_position``: the largest position, when the
+        caller knows it (else it is read from ``positions``: a device sync)."""
+        top = int(positions.max()) if max_position is None else max_position
+        if top >= self._cos.shape[0]:
+            self._extend_rope(max(top + 1, 2 * self._cos.shape[0]))
         return self._cos[positions].unsqueeze(1), self._sin_signed[positions].unsqueeze(1)
 
     # -- forward --
@@ -272,25 +314,14 @@ class PagedLlama:
         attention = attention or paged_attention()
         # Layer 0 checks the metadata; every later layer gets the same tensors, marked as checked.
         checked = meta.checked()
-        cos, sin = self.rope_tables(positions)
-        nq, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        q_size = nq * hd
+        top = None if meta.max_context_len is None else meta.max_context_len - 1
+        cos, sin = self.rope_tables(positions, top)
         x = self.embed[input_ids]  # [num_tokens, hidden]
         for i, w in enumerate(self.layers):
-            h = rms_norm(x, w.input_norm, self.eps)
-            q, k, v = w.qkv.parts(h)
-            q = q.view(-1, nq, hd)  # [num_tokens, num_heads, head_dim]
-            k = k.view(-1, nkv, hd)  # [num_tokens, num_kv_heads, head_dim]
-            v = v.view(-1, nkv, hd)
-            q = q * cos + q.roll(hd // 2, -1) * sin  # RoPE: q * cos + rotate_half(q) * sin
-            k = k * cos + k.roll(hd // 2, -1) * sin
             k_cache, v_cache = kv_caches[i]
-            o = attention(q, k, v, k_cache, v_cache, meta if i == 0 else checked, self.scale)  # [num_tokens, nq, hd]
-            x = x + w.o(o.reshape(-1, q_size))
-            h = rms_norm(x, w.post_norm, self.eps)
-            gate, up = w.gate_up.parts(h)  # each [num_tokens, inter]
-            mlp = F.silu(gate) * up
-            x = x + w.down(mlp)
+            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta if i == 0 else checked,
+                             scale=self.scale)
+            x = decoder_layer(x, w, cos, sin, attend, self.dims)
         return rms_norm(x, self.final_norm, self.eps)
 
     @torch.inference_mode()

@@ -12,8 +12,9 @@ import torch
 from paged_lab.engine.params import SamplingParams
 
 
-def make_generator(seed: int | None, device="cpu") -> torch.Generator:
-    """A per-completion generator: seeded when ``seed`` is given, else from torch's global RNG."""
+def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A per-completion generator on ``device``: seeded when ``seed`` is given, else from torch's global RNG.
+    It must live where the probabilities do: ``torch.multinomial`` on CUDA rejects a CPU generator."""
     g = torch.Generator(device=device)
     g.manual_seed(int(seed) if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
     return g

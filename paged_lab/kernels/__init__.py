@@ -3,10 +3,11 @@
     from paged_lab.kernels import store_kv, paged_attention_decode, paged_attention_prefill, paged_attention
 
 - :mod:`~paged_lab.kernels.reference`: the readable torch truth (gather through the table, then attention);
-- :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (the CPU path);
-- :mod:`~paged_lab.kernels.cpu_paged`: that path's decode and prefill in C (AVX-512), built on first use;
-- :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill);
-- :mod:`~paged_lab.kernels.dispatch`: argument checks and ``backend="auto" | "triton" | "torch" | "reference"``.
+- :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (``backend="torch"``);
+- :mod:`~paged_lab.kernels.cpu_paged`: decode and prefill in C (AVX-512), built on first use (``"cpu"``);
+- :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill; ``"triton"``);
+- :mod:`~paged_lab.kernels.dispatch`: argument checks, the backend table and its one fallback rule
+  (``backend="auto" | "triton" | "cpu" | "torch" | "reference"``).
 
 Triton is imported lazily, on the first ``backend="triton"`` call (or ``"auto"`` on CUDA). On a machine
 without CUDA, importing this package sets ``TRITON_INTERPRET=1`` (unless already set) so that the
@@ -19,18 +20,24 @@ default_interpreter_env()
 
 from paged_lab.kernels import reference, torch_paged  # noqa: E402
 from paged_lab.kernels.dispatch import (  # noqa: E402
+    BACKEND_TABLE,
     BACKENDS,
     TRITON_BLOCK_SIZES,
     TRITON_HEAD_DIMS,
+    KernelStats,
     paged_attention,
     paged_attention_decode,
     paged_attention_prefill,
     resolve_backend,
+    store_and_decode,
     store_kv,
+    uses_plan,
 )
 
 __all__ = [
+    "BACKEND_TABLE",
     "BACKENDS",
+    "KernelStats",
     "TRITON_BLOCK_SIZES",
     "TRITON_HEAD_DIMS",
     "paged_attention",
@@ -38,6 +45,8 @@ __all__ = [
     "paged_attention_prefill",
     "reference",
     "resolve_backend",
+    "store_and_decode",
     "store_kv",
     "torch_paged",
+    "uses_plan",
 ]

@@ -1,4 +1,4 @@
-"""Paged attention in C for the CPU: the torch backend's kernels where they can run.
+"""Paged attention in C for the CPU: the dispatch's ``"cpu"`` backend.
 
 The torch path (:mod:`~paged_lab.kernels.torch_paged`) gathers every sequence's blocks into a padded
 copy, zeroes the padding and calls SDPA with a mask. That is about ten torch ops per layer and a
@@ -13,8 +13,8 @@ to. ``benchmarks/cpu_attention_bench.py`` measures it against the torch path.
 The library is compiled on first use with the system C compiler (under a second) into
 ``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. :func:`usable` says
 whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
-a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16 up to 256. Then the torch
-path runs instead. :func:`why_unavailable` says why the library is not loaded.
+a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels are
+the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and the torch path otherwise. :func:`why_unavailable` says why the library is not loaded.
 Results match the torch path to about 1e-6: the same fp32 math, summed in another order.
 """
 
@@ -46,7 +46,7 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None, "no C compiler found (install gcc, or set CC)"
-    from paged_lab.models import cache_root
+    from paged_lab._cache import cache_root
 
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
     lib_path = cache_root() / "kernels" / f"paged_attention-{key}.so"
@@ -89,12 +89,27 @@ def why_unavailable() -> str | None:
     return _state["why"]
 
 
+def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
+    """Why :func:`store_and_decode` and :func:`prefill` cannot take these tensors, or None when they can
+    (the dispatch's ``"cpu"`` backend asks this; ``q`` None checks the caches only)."""
+    tensors = (k_cache, v_cache) if q is None else (q, k_cache, v_cache)
+    if any(t.device.type != "cpu" for t in tensors):
+        return f"tensors on {k_cache.device} (the C kernels run on the CPU)"
+    if any(t.dtype != torch.float32 for t in tensors):
+        return f"dtype {k_cache.dtype if q is None else q.dtype} (the C kernels take float32)"
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return "caches that are not contiguous"
+    head_dim, kv_heads = k_cache.shape[-1], k_cache.shape[2]
+    if head_dim % 16 or head_dim > 256:
+        return f"head_dim {head_dim} (the C kernels take multiples of 16 up to 256)"
+    if q is not None and (q.shape[-1] != head_dim or q.shape[1] % kv_heads or q.shape[1] // kv_heads > 64):
+        return f"q of shape {tuple(q.shape)} over {kv_heads} KV heads (GQA groups up to 64)"
+    return why_unavailable()
+
+
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether :func:`store_and_decode` and :func:`prefill` take these tensors (else use the torch path)."""
-    return (q.device.type == "cpu" and q.dtype == torch.float32 and k_cache.dtype == torch.float32
-            and v_cache.dtype == torch.float32 and k_cache.is_contiguous() and v_cache.is_contiguous()
-            and q.shape[-1] % 16 == 0 and q.shape[-1] <= 256 and q.shape[1] % k_cache.shape[2] == 0
-            and q.shape[1] // k_cache.shape[2] <= 64 and available())
+    """Whether :func:`store_and_decode` and :func:`prefill` take these tensors (see :func:`why_unusable`)."""
+    return why_unusable(k_cache, v_cache, q) is None
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:

@@ -19,14 +19,16 @@ backend only) is the batch's precomputed :class:`~paged_lab.kernels.torch_paged.
 
 from __future__ import annotations
 
-import warnings
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-from paged_lab.kernels import reference, torch_paged
+from paged_lab.kernels import cpu_paged, reference, torch_paged
 from paged_lab.kernels._interpret import load_kernels, triton_available
 
-BACKENDS = ("auto", "triton", "torch", "reference")
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
@@ -119,7 +121,7 @@ def _check_scale(scale):
         raise ValueError(f"scale must be a positive float (usually head_dim ** -0.5), got {scale!r}")
 
 
-def _triton_unsupported(k_cache, v_cache) -> str | None:
+def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
     """Why the Triton kernels cannot take this cache, or None when they can."""
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
     if block_size not in TRITON_BLOCK_SIZES:
@@ -134,49 +136,170 @@ def _triton_unsupported(k_cache, v_cache) -> str | None:
     return None
 
 
-def resolve_backend(backend: str, k_cache, v_cache=None) -> str:
-    """Turn ``backend`` ("auto" included) into the concrete backend that will run."""
-    v_cache = k_cache if v_cache is None else v_cache
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        ok = k_cache.is_cuda and triton_available() and _triton_unsupported(k_cache, v_cache) is None
-        return "triton" if ok and _auto_triton_error is None else "torch"
-    if backend == "triton":
-        why = _triton_unsupported(k_cache, v_cache)
-        if why is not None:
-            raise ValueError(f"backend='triton' does not support {why}; use backend='torch'")
-    return backend
+# ---------------------------------------------------------------------------------- the backends
+def _tables(plan, block_tables, context_lens):
+    """The C kernels read int64 tables and lengths: the step's plan holds them already (no per-layer copy)."""
+    return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
+
+
+def _cpu_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=None, **_):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
+
+
+def _cpu_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, plan=None, **_):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
+
+
+def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
 
 
 def _triton(k_cache):
     return load_kernels(k_cache.device.type)
 
 
-_auto_triton_error: str | None = None  # set when the Triton kernels failed under backend="auto"
+@dataclass(frozen=True)
+class Backend:
+    """One backend: what it runs for each entry point, and what it cannot take.
+
+    Every function has the entry point's arguments (``plan``: the step's GatherPlan or None;
+    ``num_splits``/``max_query_len``: hints a backend may ignore). ``unsupported(k_cache, v_cache, q)``
+    says why the backend cannot take these tensors, or None. ``uses_plan``: it reads the GatherPlan,
+    so a caller running many layers should build one per step (``torch_paged.plan_gather``)."""
+
+    name: str
+    store_kv: Callable
+    decode: Callable
+    prefill: Callable
+    store_and_decode: Callable
+    unsupported: Callable[..., str | None] = lambda k_cache, v_cache, q=None: None
+    uses_plan: bool = False
 
 
-def _run_triton(auto: bool, run_triton, run_torch):
-    """Run the Triton path; under ``"auto"`` a failure warns once and falls back to torch for the session."""
-    global _auto_triton_error
-    if not auto:
-        return run_triton()
-    try:
-        return run_triton()
-    except Exception as e:  # compile/launch errors on an untested GPU or Triton version
-        _auto_triton_error = f"{type(e).__name__}: {e}"
-        warnings.warn(
-            f"backend='auto': the Triton kernels failed here ({_auto_triton_error[:300]}); using "
-            f"backend='torch' from now on. Pass backend='triton' to raise the error instead.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return run_torch()
+def _store_then_decode(store, decode):
+    """store_and_decode for a backend that has no fused kernel: its store, then its decode."""
+    def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None):
+        store(k, v, k_cache, v_cache, slot_mapping, plan=plan)
+        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan)
+    return run
+
+
+def _reference_backend() -> Backend:
+    store = lambda k, v, kc, vc, slots, plan=None: reference.store_kv(k, v, kc, vc, slots)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(q, kc, vc, bt, cl, scale)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, **_: reference.paged_attention_prefill(
+        q, kc, vc, bt, cl, qsl, scale)
+    return Backend("reference", store, decode, prefill, _store_then_decode(store, decode))
+
+
+def _triton_backend() -> Backend:
+    store = lambda k, v, kc, vc, slots, plan=None: _triton(kc).store_kv(k, v, kc, vc, slots)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, num_splits=None: _triton(kc).paged_attention_decode(
+        q, kc, vc, bt, cl, scale, num_splits=num_splits)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: _triton(
+        kc).paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, max_query_len=max_query_len)
+    return Backend("triton", store, decode, prefill, _store_then_decode(store, decode), _triton_unsupported)
+
+
+def _torch_backend() -> Backend:
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: torch_paged.paged_attention_decode(
+        q, kc, vc, bt, cl, scale, plan=plan)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: torch_paged.paged_attention_prefill(
+        q, kc, vc, bt, cl, qsl, scale, plan=plan, max_query_len=max_query_len)
+    return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.store_and_attend, uses_plan=True)
+
+
+# The backend table: the name a caller passes -> what runs. "auto" is not a backend but a choice
+# among these (see _candidates).
+BACKEND_TABLE: dict[str, Backend] = {
+    "triton": _triton_backend(),
+    # C kernels (cpu_paged) for attention; they store K/V inside store_and_decode, a plain store_kv is torch's
+    "cpu": Backend("cpu", torch_paged.store_kv, _cpu_decode, _cpu_prefill, _cpu_store_and_decode,
+                   lambda k_cache, v_cache, q=None: cpu_paged.why_unusable(k_cache, v_cache, q), uses_plan=True),
+    "torch": _torch_backend(),
+    "reference": _reference_backend(),
+}
+BACKENDS = ("auto", *BACKEND_TABLE)
+
+
+# ------------------------------------------------------------------------------ the fallback rule
+logger = logging.getLogger("paged_lab.kernels")
+
+
+@dataclass
+class KernelStats:
+    """What the dispatch ran: calls per backend, and the failures ``"auto"`` fell back from.
+    Pass one as ``stats=`` (the engine keeps its own); without it calls count in ``dispatch.STATS``."""
+
+    calls: Counter = field(default_factory=Counter)  # backend name -> calls it completed
+    failures: Counter = field(default_factory=Counter)  # backend name -> calls that raised (then fell back)
+    last_error: dict = field(default_factory=dict)  # backend name -> "op: ErrorType: message"
+
+    def as_dict(self) -> dict:
+        return {"calls": dict(self.calls), "failures": dict(self.failures), "last_error": dict(self.last_error)}
+
+
+STATS = KernelStats()
+
+
+def _candidates(backend: str, k_cache, v_cache, q=None) -> list[str]:
+    """The backends to try, in order. A named backend is the only one (it raises when it cannot take
+    these tensors); "auto" lists every backend that can: Triton on CUDA, then the C kernels, then torch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        why = BACKEND_TABLE[backend].unsupported(k_cache, v_cache, q)
+        if why is not None:
+            raise ValueError(f"backend={backend!r} does not support {why}; use backend='torch'")
+        return [backend]
+    order = ["triton", "cpu", "torch"] if k_cache.is_cuda and triton_available() else ["cpu", "torch"]
+    return [n for n in order if BACKEND_TABLE[n].unsupported(k_cache, v_cache, q) is None]
+
+
+def resolve_backend(backend: str, k_cache, v_cache=None, q=None) -> str:
+    """The concrete backend that runs for ``backend`` ("auto" included) on these tensors."""
+    return _candidates(backend, k_cache, k_cache if v_cache is None else v_cache, q)[0]
+
+
+def uses_plan(backend: str, k_cache, v_cache=None) -> bool:
+    """Whether a backend that may run here reads a GatherPlan (worth building once per step)."""
+    v_cache = k_cache if v_cache is None else v_cache
+    return any(BACKEND_TABLE[n].uses_plan for n in _candidates(backend, k_cache, v_cache))
+
+
+def _run(op: str, backend: str, stats: KernelStats | None, k_cache, v_cache, q, *args, **kwargs):
+    """The one fallback rule: run ``op`` on the first candidate backend. Under "auto", a backend that
+    raises is logged and counted, and the call runs on the next candidate; the next call tries the
+    first one again (one failure does not switch a backend off). A named backend's error is raised."""
+    stats = STATS if stats is None else stats
+    names = _candidates(backend, k_cache, v_cache, q)
+    for i, name in enumerate(names):
+        try:
+            out = getattr(BACKEND_TABLE[name], op)(*args, **kwargs)
+        except Exception as e:  # a compile/launch error on an untested GPU, a library that cannot run
+            if i == len(names) - 1:
+                raise
+            _record_failure(stats, name, op, e, names[i + 1])
+            continue
+        stats.calls[name] += 1
+        return out
+
+
+def _record_failure(stats: KernelStats, name: str, op: str, error: Exception, instead: str) -> None:
+    message = f"{op}: {type(error).__name__}: {error}"
+    if stats.last_error.get(name) != message:  # log each distinct error once, count every one
+        logger.warning("backend='auto': %s failed (%s); this call runs on %r. Pass backend=%r to raise "
+                       "the error instead.", name, message[:300], instead, name)
+    stats.failures[name] += 1
+    stats.last_error[name] = message
 
 
 # ------------------------------------------------------------------------------------------- API
 def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True,
-             plan=None) -> None:
+             plan=None, stats: KernelStats | None = None) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
@@ -185,18 +308,10 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", valida
     """
     if validate:
         _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
-    which = resolve_backend(backend, k_cache, v_cache)
     if k.shape[0] == 0:
+        _candidates(backend, k_cache, v_cache)  # a bad backend name still raises
         return
-    if which == "torch":
-        run_torch = lambda: torch_paged.store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan)
-    else:
-        run_torch = lambda: reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
-    if which == "triton":
-        run_triton = lambda: _triton(k_cache).store_kv(k, v, k_cache, v_cache, slot_mapping)
-        _run_triton(backend == "auto", run_triton, run_torch)
-    else:
-        run_torch()
+    _run("store_kv", backend, stats, k_cache, v_cache, None, k, v, k_cache, v_cache, slot_mapping, plan=plan)
 
 
 def _check_store_kv(k, v, k_cache, v_cache, slot_mapping):
@@ -223,7 +338,7 @@ def _check_store_kv(k, v, k_cache, v_cache, slot_mapping):
 
 def paged_attention_decode(
     q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto", num_splits: int | None = None,
-    validate: bool = True, plan=None,
+    validate: bool = True, plan=None, stats: KernelStats | None = None,
 ):
     """One query token per sequence over its paged context -> ``[num_seqs, num_heads, head_dim]``.
 
@@ -233,52 +348,59 @@ def paged_attention_decode(
     log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
     """
     if validate:
-        _check_cache(k_cache, v_cache)
-        _check_q(q, k_cache, "num_seqs")
-        _check_device(k_cache.device, q=q, v_cache=v_cache)
-        _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
-        _check_scale(scale)
+        _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
-    which = resolve_backend(backend, k_cache, v_cache)
-    if which == "reference":
-        run_torch = lambda: reference.paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, float(scale))
-    else:
-        run_torch = lambda: torch_paged.paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens,
-                                                               float(scale), plan=plan)
-    if which == "triton":
-        return _run_triton(
-            backend == "auto",
-            lambda: _triton(k_cache).paged_attention_decode(
-                q, k_cache, v_cache, block_tables, context_lens, float(scale), num_splits=num_splits
-            ),
-            run_torch,
-        )
-    return run_torch()
+    if q.shape[0] == 0:
+        _candidates(backend, k_cache, v_cache)
+        return torch.empty_like(q)
+    return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables, context_lens,
+                float(scale), plan=plan, num_splits=num_splits)
+
+
+def _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale):
+    _check_cache(k_cache, v_cache)
+    _check_q(q, k_cache, "num_seqs")
+    _check_device(k_cache.device, q=q, v_cache=v_cache)
+    _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
+    _check_scale(scale)
+
+
+def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
+                     backend: str = "auto", validate: bool = True, plan=None, stats: KernelStats | None = None):
+    """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
+    kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
+    as ``engine.KVCache`` keeps them). A decode step calls this once per layer. Arguments as those two
+    functions'; q ``[num_seqs, num_heads, head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``."""
+    if validate:
+        _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
+        _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+    if q.shape[0] == 0:
+        _candidates(backend, k_cache, v_cache)
+        return torch.empty_like(q)
+    return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache, slot_mapping,
+                block_tables, context_lens, float(scale), plan=plan)
 
 
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto",
-    validate: bool = True, plan=None,
+    validate: bool = True, plan=None, max_query_len: int | None = None, stats: KernelStats | None = None,
 ):
     """Several causal query tokens per sequence over its paged context -> ``[num_tokens, num_heads, head_dim]``.
 
     q: ``[num_tokens, num_heads, head_dim]``, sequences concatenated; query_start_loc: int
     ``[num_seqs + 1]`` (0, then the cumsum of query lengths). Sequence ``i``'s query tokens are the
     last ``query_len`` positions of its ``context_lens[i]`` tokens (chunked prefill and cached
-    prefixes: the earlier context is read from the cache).
+    prefixes: the earlier context is read from the cache). ``max_query_len``: the longest query, when
+    the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device.
     """
     if validate:
         _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale)
-    which = resolve_backend(backend, k_cache, v_cache)
-    args = (q, k_cache, v_cache, block_tables, context_lens, query_start_loc, float(scale))
-    if which == "reference":
-        return reference.paged_attention_prefill(*args)
-    run_torch = lambda: torch_paged.paged_attention_prefill(*args, plan=plan)
-    if which == "triton":
-        run_triton = lambda: _triton(k_cache).paged_attention_prefill(*args)
-        return _run_triton(backend == "auto", run_triton, run_torch)
-    return run_torch()
+    if q.shape[0] == 0:
+        _candidates(backend, k_cache, v_cache)
+        return torch.empty_like(q)
+    return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables, context_lens,
+                query_start_loc, float(scale), plan=plan, max_query_len=max_query_len)
 
 
 def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale):

@@ -8,9 +8,8 @@ CPU path runs this for every layer of every step, so it must not loop in Python.
 GQA without copying K/V: the ``group`` query heads that share a KV head are laid out as extra
 query rows of that KV head (``[num_seqs, kv_heads, group * num_q, d]``), so SDPA sees plain MHA.
 
-On a CPU with AVX-512 and fp32 tensors, decode and prefill run :mod:`~paged_lab.kernels.cpu_paged`
-instead, which reads the cache through the tables in C with no gathered copy. Where that cannot run (see
-``cpu_paged.usable``), or with ``USE_CPU_KERNEL = False``, the torch code below runs.
+This is torch only. The same attention in C (:mod:`~paged_lab.kernels.cpu_paged`, no gathered copy) is
+the dispatch's ``"cpu"`` backend, which ``"auto"`` picks where it can run.
 """
 
 from __future__ import annotations
@@ -20,9 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from paged_lab.kernels import cpu_paged, reference
-
-USE_CPU_KERNEL = True  # attend through cpu_paged where it can run (tests turn it off to check the torch code)
+from paged_lab.kernels import reference
 
 
 @dataclass
@@ -50,11 +47,17 @@ class GatherPlan:
     store_rows: torch.Tensor | None = None
     lens: torch.Tensor | None = None  # long [S]: the context lengths (what the C kernels read, with table)
 
+    @property
+    def can_fuse(self) -> bool:
+        """Store and attend in one pass (:func:`store_and_decode`): the plan knows where every token goes."""
+        return self.store_slots is not None and self.store_rows is None
+
 
 def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
-                query_start_loc=None, slot_mapping=None) -> GatherPlan:
+                query_start_loc=None, slot_mapping=None, max_query_len: int | None = None) -> GatherPlan:
     """Build the :class:`GatherPlan` of a batch; ``query_start_loc`` (prefill) adds the causal mask,
-    ``slot_mapping`` the indices :func:`store_kv` writes through."""
+    ``slot_mapping`` the indices :func:`store_kv` writes through. ``max_ctx``/``max_query_len``: the
+    longest context / query when the caller knows them (else read from the tensors: a device sync)."""
     dev = block_tables.device
     lens = context_lens.to(device=dev, dtype=torch.long)
     max_ctx = int(lens.max()) if max_ctx is None else int(max_ctx)
@@ -78,7 +81,7 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
         qsl = query_start_loc.to(device=dev, dtype=torch.long)
         q_lens = qsl[1:] - qsl[:-1]  # [S]
         S, num_tokens = q_lens.shape[0], int(qsl[-1])
-        plan.max_q = int(q_lens.max()) if S else 0
+        plan.max_q = (int(q_lens.max()) if S else 0) if max_query_len is None else int(max_query_len)
         plan.seq_of = torch.repeat_interleave(torch.arange(S, device=dev), q_lens)  # [num_tokens]
         plan.row = torch.arange(num_tokens, device=dev) - qsl[plan.seq_of]  # [num_tokens]
         q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]  # [S, max_q] absolute
@@ -141,10 +144,6 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
-    if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
-        # the step's plan holds the tables and lengths as int64 already: no conversion per layer
-        tables, lens = (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
-        return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
@@ -168,11 +167,9 @@ def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     stores both, one gathers both, one zeroes the unused slots of both. The compiled decode step calls
     this 30 times per token, so each op saved counts. Needs ``plan`` built with the step's slot_mapping
     and no padding slots; q: ``[S, H, d]``, k, v: ``[S, kv_heads, d]`` -> ``[S, H, d]``."""
-    if plan.store_slots is None or plan.store_rows is not None or not kv.is_contiguous():
+    if not plan.can_fuse or not kv.is_contiguous():
         raise ValueError("store_and_decode needs a plan with the step's slot_mapping, no padding slots, "
                          "and a contiguous kv")
-    if USE_CPU_KERNEL and cpu_paged.usable(q, kv[0], kv[1]):
-        return cpu_paged.store_and_decode(q, k, v, kv[0], kv[1], plan.store_slots, plan.table, plan.lens, scale)
     S, d = q.shape[0], q.shape[2]
     kvh = kv.shape[3]
     kv.view(2, -1, kvh, d).index_copy_(1, plan.store_slots, torch.stack((k, v)).to(kv.dtype))
@@ -184,21 +181,40 @@ def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     return _decode_attend(q, both[0], both[1], plan, scale)
 
 
+def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
+    """The ``[2, num_blocks, block_size, kv_heads, d]`` tensor whose halves are ``k_cache`` and ``v_cache``,
+    when they are that (``engine.KVCache`` keeps each layer's K and V in one tensor), else None."""
+    n = k_cache.numel()
+    if (k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype or not k_cache.is_contiguous()
+            or not v_cache.is_contiguous() or v_cache.data_ptr() != k_cache.data_ptr() + n * k_cache.element_size()
+            or v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr()):  # one allocation
+        return None
+    return k_cache.as_strided((2, *k_cache.shape), (n, *k_cache.stride()))
+
+
+def store_and_attend(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
+                     plan: GatherPlan | None = None):
+    """The torch backend's store + decode of one layer: :func:`store_and_decode` (fewer ops) when the plan
+    can fuse and the caches are one tensor's halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
+    kv = one_tensor(k_cache, v_cache)
+    if plan is not None and plan.can_fuse and kv is not None:
+        return store_and_decode(q, k, v, kv, plan, scale)
+    store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan)
+    return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan)
+
+
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
-    plan: GatherPlan | None = None,
+    plan: GatherPlan | None = None, max_query_len: int | None = None,
 ):
     """Batched (chunked) prefill; same contract as :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
     num_tokens = q.shape[0]
     if num_tokens == 0:
         return torch.empty_like(q)
-    if USE_CPU_KERNEL and cpu_paged.usable(q, k_cache, v_cache):
-        tables, lens = (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
-        return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
-                           query_start_loc=query_start_loc)
+                           query_start_loc=query_start_loc, max_query_len=max_query_len)
     S = plan.table.shape[0]
     qp = q.new_zeros((S, plan.max_q) + tuple(q.shape[1:]), dtype=torch.float32)
     qp[plan.seq_of, plan.row] = q.float()  # [S, max_q, H, d]
