@@ -205,6 +205,24 @@ def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: An
     return int(memory_bytes // (block_size * spec.kv_bytes_per_token(dtype)))
 
 
+def positions_processed(prompt_len: int, new_tokens: int, kv_cache: bool = True) -> int:
+    """Token positions pushed through the model's layers to generate ``new_tokens`` after a prompt.
+
+    Step ``i`` (``i = 0 .. new_tokens - 1``) samples one token. With a KV cache, step 0 processes the
+    prompt and every later step only the one token sampled before it: ``prompt_len + new_tokens - 1``
+    positions in all, linear in the output length. Without a cache, step ``i`` must process the whole
+    sequence so far, ``prompt_len + i`` positions, so the total
+    ``new_tokens * prompt_len + new_tokens * (new_tokens - 1) / 2`` grows with the *square* of the
+    output length. (Attention itself reads all earlier positions' K and V at every step either way.)
+    """
+    for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if kv_cache:
+        return prompt_len + new_tokens - 1
+    return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
+
+
 @dataclass(frozen=True)
 class CapacityPlan:
     gpu_memory_bytes: int

@@ -170,3 +170,26 @@ def test_human_bytes():
     assert human_bytes(23_040) == "22.5 KiB"
     assert human_bytes(0) == "0 B"
     assert math.isclose(float(human_bytes(3 * 2**30).split()[0]), 3)
+
+
+def test_positions_processed_with_and_without_a_kv_cache():
+    from paged_lab.kv_math import positions_processed
+
+    # brute force: without a cache step i runs the model over the whole sequence so far
+    for p, n in ((1, 1), (5, 1), (3, 7), (100, 200)):
+        assert positions_processed(p, n, kv_cache=False) == sum(p + i for i in range(n))
+        assert positions_processed(p, n) == p + sum(1 for _ in range(1, n))
+    # doubling the output roughly quadruples the uncached work (quadratic), doubles the cached one
+    a, b = positions_processed(1, 1000, kv_cache=False), positions_processed(1, 2000, kv_cache=False)
+    assert 3.9 < b / a < 4.1
+    assert positions_processed(1, 2000) == 2 * positions_processed(1, 1000)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True, None])
+def test_positions_processed_names_the_bad_argument(bad):
+    from paged_lab.kv_math import positions_processed
+
+    with pytest.raises(ValueError, match="prompt_len must be an integer >= 1"):
+        positions_processed(bad, 4)
+    with pytest.raises(ValueError, match="new_tokens must be an integer >= 1"):
+        positions_processed(4, bad)

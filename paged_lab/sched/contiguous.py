@@ -8,6 +8,13 @@ memory three ways:
 * reservation + internal fragmentation: reserved slots that hold no token (yet, or ever);
 * external fragmentation: free slots stranded in holes too small for another ``max_seq_len``.
 
+By default every reservation has the same size (``max_seq_len``), so the only holes are whole
+reservations and the tail of the pool. ``allocate(..., reserve=n)`` lets a request reserve its own
+size instead (for example its prompt plus its ``max_tokens``): then requests of
+different sizes come and go and leave holes of different sizes between them, which can add up to
+enough free slots for a newcomer while none of them alone is big enough (``largest_hole``,
+``stranded_slots``).
+
 It speaks the same subset of the BlockManager API that the Scheduler uses (``can_allocate``,
 ``allocate``, ``can_append``, ``append_token``, ``free``, ``usage`` ...), with ``block_size = 1``:
 a block table lists the reserved slots, so ``slot = block_table[pos]``.
@@ -43,6 +50,8 @@ class ContiguousAllocator:
         self._start: dict[Hashable, int] = {}  # seq_id -> first slot of its reservation
         self._tokens: dict[Hashable, int] = {}  # seq_id -> slots holding tokens
         self._starts: list[int] = []  # sorted reservation starts (first-fit scans the gaps)
+        self._size_at: dict[int, int] = {}  # reservation start -> its size in slots
+        self._reserved = 0  # slots in all reservations
         self._used = 0
 
     # -- queries -------------------------------------------------------------------------------
@@ -61,18 +70,38 @@ class ContiguousAllocator:
         for s in self._starts:
             if s > pos:
                 out.append((pos, s - pos))
-            pos = s + self.max_seq_len
+            pos = s + self._size_at[s]
         if pos < self.num_slots:
             out.append((pos, self.num_slots - pos))
         return out
 
-    def _first_fit(self) -> int | None:
+    @property
+    def largest_hole(self) -> int:
+        """The most slots in a row that one more reservation could get (0 when full)."""
+        return max((n for _, n in self.holes()), default=0)
+
+    def stranded_slots(self, reserve: int) -> int:
+        """Free slots in holes too small for a reservation of ``reserve`` slots: free, yet of no
+        use to such a request (external fragmentation as that request sees it)."""
+        reserve = self._reserve_size(reserve, "stranded_slots")
+        return sum(n for _, n in self.holes() if n < reserve)
+
+    def _first_fit(self, size: int) -> int | None:
         pos = 0
         for s in self._starts:
-            if s - pos >= self.max_seq_len:
+            if s - pos >= size:
                 return pos
-            pos = s + self.max_seq_len
-        return pos if self.num_slots - pos >= self.max_seq_len else None
+            pos = s + self._size_at[s]
+        return pos if self.num_slots - pos >= size else None
+
+    def _reserve_size(self, reserve, where: str) -> int:
+        """``reserve`` checked (default ``max_seq_len``): an int in ``1..max_seq_len``."""
+        if reserve is None:
+            return self.max_seq_len
+        if isinstance(reserve, bool) or not isinstance(reserve, int) or not 1 <= reserve <= self.max_seq_len:
+            raise ValueError(f"{where}: reserve must be an integer in 1..max_seq_len={self.max_seq_len}, "
+                             f"got {reserve!r}")
+        return reserve
 
     @property
     def seq_ids(self) -> list[Hashable]:
@@ -82,6 +111,10 @@ class ContiguousAllocator:
         """``(seq_id, start, num_tokens)`` of every reservation, in address order."""
         by_start = {s: sid for sid, s in self._start.items()}
         return [(by_start[s], s, self._tokens[by_start[s]]) for s in self._starts]
+
+    def reservation(self, seq_id) -> int:
+        """How many slots ``seq_id`` reserved (``max_seq_len`` unless it asked for its own size)."""
+        return self._size_at[self._check(seq_id)]
 
     def num_tokens(self, seq_id) -> int:
         self._check(seq_id)
@@ -93,7 +126,7 @@ class ContiguousAllocator:
 
     def block_table(self, seq_id) -> list[int]:
         s = self._check(seq_id)
-        return list(range(s, s + self.max_seq_len))
+        return list(range(s, s + self._size_at[s]))
 
     def slot_mapping(self, seq_id, start: int = 0, end: int | None = None) -> list[int]:
         s, n = self._check(seq_id), self._tokens[seq_id]
@@ -104,11 +137,11 @@ class ContiguousAllocator:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.num_slots - len(self._starts) * self.max_seq_len
+        return self.num_slots - self._reserved
 
     @property
     def reserved_slots(self) -> int:
-        return len(self._starts) * self.max_seq_len
+        return self._reserved
 
     @property
     def used_slots(self) -> int:
@@ -135,36 +168,48 @@ class ContiguousAllocator:
         return sum(n for _, n in self.holes() if n < self.max_seq_len)
 
     # -- operations ----------------------------------------------------------------------------
-    def can_allocate(self, tokens: int | Sequence[int]) -> bool:
+    def can_allocate(self, tokens: int | Sequence[int], reserve: int | None = None) -> bool:
+        """Would ``allocate`` succeed: the tokens fit the reservation, and a hole of
+        ``reserve`` slots (default ``max_seq_len``) exists?"""
+        size = self._reserve_size(reserve, "can_allocate")
         n = tokens if isinstance(tokens, int) else len(tokens)
-        return n <= self.max_seq_len and self._first_fit() is not None
+        return n <= size and self._first_fit(size) is not None
 
-    def allocate(self, seq_id, token_ids: Sequence[int]) -> list[int]:
-        """Reserve ``max_seq_len`` slots in a row (first fit) and write the prompt into them."""
+    def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None) -> list[int]:
+        """Reserve ``reserve`` slots (default ``max_seq_len``) in a row, first fit, and write the
+        prompt into them. All or nothing: on any error nothing changes."""
         if seq_id in self._start:
             raise DuplicateSequence(seq_id)
+        size = self._reserve_size(reserve, f"allocate(seq_id={seq_id!r})")
         n = len(token_ids)
         if n == 0:
             raise ValueError(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
-        if n > self.max_seq_len:
-            raise ValueError(f"token_ids: {n} tokens exceed max_seq_len={self.max_seq_len}")
-        start = self._first_fit()
+        if n > size:
+            limit = f"max_seq_len={size}" if reserve is None else f"reserve={size}"
+            raise ValueError(f"token_ids: {n} tokens exceed {limit}")
+        start = self._first_fit(size)
         if start is None:
-            raise OutOfBlocks(self.max_seq_len, self.num_free_blocks,
-                              f"allocate(seq_id={seq_id!r}) reserving {self.max_seq_len} slots in a row")
+            raise OutOfBlocks(size, self.num_free_blocks,
+                              f"allocate(seq_id={seq_id!r}) reserving {size} slots in a row "
+                              f"(largest hole {self.largest_hole})")
         bisect.insort(self._starts, start)
+        self._size_at[start] = size
+        self._reserved += size
         self._start[seq_id], self._tokens[seq_id] = start, n
         self._used += n
-        return list(range(start, start + self.max_seq_len))
+        return list(range(start, start + size))
 
     def can_append(self, seq_id) -> bool:
-        return self._tokens[seq_id] < self.max_seq_len if seq_id in self._start else False
+        if seq_id not in self._start:
+            return False
+        return self._tokens[seq_id] < self._size_at[self._start[seq_id]]
 
     def append_token(self, seq_id, token_id: int) -> None:
         """One more token in the reservation; never copies (nothing is shared)."""
-        self._check(seq_id)
-        if self._tokens[seq_id] >= self.max_seq_len:
-            raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) past max_seq_len={self.max_seq_len}")
+        size = self._size_at[self._check(seq_id)]
+        if self._tokens[seq_id] >= size:
+            raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) past its reservation of {size} slots "
+                                    f"(max_seq_len={self.max_seq_len})")
         self._tokens[seq_id] += 1
         self._used += 1
         return None
@@ -176,5 +221,6 @@ class ContiguousAllocator:
     def free(self, seq_id) -> None:
         s = self._check(seq_id)
         self._starts.pop(bisect.bisect_left(self._starts, s))
+        self._reserved -= self._size_at.pop(s)
         self._used -= self._tokens.pop(seq_id)
         del self._start[seq_id]

@@ -89,7 +89,7 @@ def slot_map(allocator, names: Mapping) -> list[tuple[str | None, bool]]:
     if isinstance(allocator, ContiguousAllocator):
         out = [(None, False)] * allocator.num_slots
         for sid, start, n in allocator.regions():
-            for i in range(allocator.max_seq_len):
+            for i in range(allocator.reservation(sid)):
                 out[start + i] = (names.get(sid, str(sid)), i < n)
         return out
     bs = allocator.block_size
