@@ -34,6 +34,12 @@ def _decode_ms(llm: LLM, prompts: list[list[int]], steps: int) -> tuple[float, l
     return statistics.median(decode[3:]) * 1e3, [o.outputs[0].token_ids for o in outs]
 
 
+def load_cpu_model():
+    """SmolLM2 on the CPU, also on a machine with a GPU: ``LLM(enforce_eager=False)`` compiles CPU
+    decode steps only, and ``load_model`` would otherwise put the weights on CUDA there."""
+    return load_model("smollm2-135m", dtype="float32", device="cpu", progress=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -42,7 +48,7 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.sizes.split(",")]
-    model, tok, _ = load_model("smollm2-135m", dtype="float32", progress=False)
+    model, tok, _ = load_cpu_model()
     work = bench_workload(tok, num_requests=max(sizes))
     blocks = 2 * max(sizes) * 8
     eager = LLM(model, tokenizer=tok, max_num_seqs=max(sizes), num_kv_blocks=blocks)

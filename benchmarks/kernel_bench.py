@@ -8,7 +8,7 @@ as a share of the GPU's datasheet peak, and the ratio to SDPA. Writes ``decode.c
 >= 70% of peak at 4,096-token contexts with batch >= 32, and decode time <= 1.25x SDPA.
 
     .venv/bin/python benchmarks/kernel_bench.py --out bench_out             # full sweep (CUDA)
-    .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out     # a smaller grid
+    .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out     # smaller grids (explicit ones kept)
     .venv/bin/python benchmarks/kernel_bench.py --cpu-smoke --out /tmp/kb   # no GPU: checks the script only
 
 Without CUDA the script exits with a message (status 2): it never prints CPU numbers as if they were
@@ -31,8 +31,62 @@ COLUMNS = ("device", "dtype", "batch", "context_len", "block_size", "num_heads",
 TOL = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
 
 
+FULL = dict(context_lens=[512, 1024, 2048, 4096], batches=[1, 8, 32, 64], block_sizes=[16, 32, 128])
+QUICK = dict(context_lens=[1024, 4096], batches=[1, 32], block_sizes=[16])
+
+
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+    """A comma-separated list of positive ints ("16,32")."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked: block sizes the Triton kernels take, iterations >= 1; ``--quick``
+    only fills in the grids that were not given explicitly."""
+    from paged_lab.kernels.dispatch import TRITON_BLOCK_SIZES
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("bench_out"), help="directory for decode.csv and decode.html")
+    ap.add_argument("--context-lens", type=_ints, default=None, help=f"default {FULL['context_lens']}")
+    ap.add_argument("--batches", type=_ints, default=None, help=f"default {FULL['batches']}")
+    ap.add_argument("--block-sizes", type=_ints, default=None,
+                    help=f"default {FULL['block_sizes']}; each one of {TRITON_BLOCK_SIZES}")  # fmt: skip
+    ap.add_argument("--dtype", choices=sorted(TOL), default="bfloat16")
+    ap.add_argument("--heads", type=_positive_int, default=32, help="query heads")
+    ap.add_argument("--kv-heads", type=_positive_int, default=8)
+    ap.add_argument("--head-dim", type=int, choices=[64, 128], default=128)
+    ap.add_argument("--iters", type=_positive_int, default=50)
+    ap.add_argument("--peak-gbs", type=float, default=None, help="datasheet bandwidth if the GPU is not listed")
+    ap.add_argument("--quick", action="store_true", help=f"smaller grids for those not given: {QUICK}")
+    ap.add_argument("--cpu-smoke", action="store_true", help="no GPU: one tiny interpreter run to check the script")
+    args = ap.parse_args(argv)
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, list(value))
+    bad = sorted(set(args.block_sizes) - set(TRITON_BLOCK_SIZES))
+    if bad:
+        ap.error(f"--block-sizes {bad} not supported by the Triton kernels; choose from {TRITON_BLOCK_SIZES}")
+    if args.heads % args.kv_heads:
+        ap.error(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
+    if args.peak_gbs is not None and not args.peak_gbs > 0:
+        ap.error(f"--peak-gbs must be > 0, got {args.peak_gbs}")
+    return args
 
 
 def _fmt(v, spec):
@@ -79,20 +133,7 @@ def write_outputs(rows, out: Path, stem: str = "decode", metric: str = "pct_peak
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("bench_out"), help="directory for decode.csv and decode.html")
-    ap.add_argument("--context-lens", type=_ints, default=[512, 1024, 2048, 4096])
-    ap.add_argument("--batches", type=_ints, default=[1, 8, 32, 64])
-    ap.add_argument("--block-sizes", type=_ints, default=[16, 32, 128])
-    ap.add_argument("--dtype", choices=sorted(TOL), default="bfloat16")
-    ap.add_argument("--heads", type=int, default=32, help="query heads")
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, choices=[64, 128], default=128)
-    ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--peak-gbs", type=float, default=None, help="datasheet bandwidth if the GPU is not listed")
-    ap.add_argument("--quick", action="store_true", help="contexts 1024,4096; batches 1,32; block 16")
-    ap.add_argument("--cpu-smoke", action="store_true", help="no GPU: one tiny interpreter run to check the script")
-    args = ap.parse_args(argv)
+    args = parse_args(argv)
 
     import torch
 
@@ -109,10 +150,8 @@ def main(argv=None) -> int:
               "(Use --cpu-smoke to check the script itself under Triton's interpreter.)", file=sys.stderr)  # fmt: skip
         return 2
     else:
-        if args.quick:
-            args.context_lens, args.batches, args.block_sizes = [1024, 4096], [1, 32], [16]
         if args.peak_gbs:
-            bench.PEAK_GBS[torch.cuda.get_device_name()] = args.peak_gbs
+            bench.PEAK_GBS[bench.gpu_model(torch.cuda.get_device_name())] = args.peak_gbs
         print(f"GPU: {torch.cuda.get_device_name()} (datasheet peak {bench.peak_gbs('cuda')} GB/s); "
               f"{args.heads} q heads, {args.kv_heads} KV heads, head_dim {args.head_dim}, {args.dtype}")
         rows = bench.sweep(args.context_lens, args.batches, args.block_sizes, num_heads=args.heads,

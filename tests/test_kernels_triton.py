@@ -150,45 +150,125 @@ def test_int64_tables_and_strided_q_views_are_read_correctly():
            torch.float32)  # fmt: skip
 
 
+def test_head_dim_strided_q_gets_a_contiguous_out():
+    """A q whose head_dim stride is not 1 (a transposed view) must not hand its strides to `out`:
+    the kernels write `out` as if head_dim were contiguous (the old empty_like(q) gave NaN here)."""
+    kv = random_paged_kv([20, 9], 16, 2, 64, table_pad=-1, seed=8)
+    qt = torch.randn(2, 64, 4).transpose(1, 2)  # [num_seqs, heads, head_dim] with head_dim stride 4
+    assert qt.stride(2) != 1
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens)
+    out = paged_attention_decode(qt, *args, 0.125, backend="triton", num_splits=1)
+    assert out.is_contiguous()
+    _check(out, paged_attention_decode(qt.contiguous(), *args, 0.125, backend="reference"), torch.float32)
+    qp = torch.randn(12, 64, 4).transpose(1, 2)  # 7 + 5 query tokens
+    qsl = torch.tensor([0, 7, 12], dtype=torch.int32)
+    pre = paged_attention_prefill(qp, *args, qsl, 0.125, backend="triton")
+    assert pre.is_contiguous()
+    _check(pre, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125, backend="reference"), torch.float32)
+
+
+# --------------------------------------------------------------- launch parameters per GPU target
+def test_every_target_gets_tiles_that_the_cross_compile_checks():
+    """The wrappers' launch parameters are pure functions of (shapes, dtype, compute capability)."""
+    from paged_lab.kernels import triton_paged as T
+
+    # bf16 on a T4 (sm_75, no bf16 tensor cores): the kernels take the fp32-tile path, not native bf16 dots
+    assert T.compute_in_f32(torch.bfloat16, 75) and not T.compute_in_f32(torch.bfloat16, 80)
+    assert not T.compute_in_f32(torch.float16, 75)
+    assert T.compute_in_f32(torch.float32, 90)  # IEEE fp32 dots, not TF32
+    # fp32 tiles stop at 32 positions everywhere; half tiles at 64 from sm_80, 32 on sm_75
+    assert [T.tile_for(256, True, cc) for cc in (75, 80, 90)] == [32, 32, 32]
+    assert [T.tile_for(256, False, cc) for cc in (75, 80, 90)] == [32, 64, 64]
+    assert T.tile_for(8, False, 90) == 16  # tl.dot needs 16 rows: two 8-token blocks share a tile
+    decode, merge, tiles_per_split = T.decode_launch(3, 32, 8, 128, 16, 40, torch.bfloat16, 75, num_splits=4)
+    assert decode.constexprs["F32"] and decode.grid == (3, 8, 4) and merge.grid == (3, 32)
+    assert tiles_per_split * 4 >= 40 * 16 // decode.constexprs["TILE"]
+    pre = T.prefill_launch(2, 100, 32, 8, 128, 16, torch.float16, 80)
+    assert pre.constexprs["BLOCK_Q"] * pre.constexprs["GROUP_PAD"] == 32  # rows x head_dim <= 4096
+
+
+def test_a_gpu_older_than_sm75_is_refused_with_a_reason(monkeypatch):
+    from paged_lab.kernels import dispatch
+    from paged_lab.kernels import triton_paged as T
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
+    why = T.unsupported_reason(torch.float16, torch.device("cuda", 0))
+    assert "sm_70" in why and "sm_75" in why
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert T.unsupported_reason(torch.bfloat16, torch.device("cuda", 0)) is None  # T4 bf16: the fp32-tile path
+    assert T.unsupported_reason(torch.bfloat16, torch.device("cpu")) is None
+    assert dispatch.TRITON_BLOCK_SIZES == aot_consts("BLOCK_SIZES")
+    assert dispatch.TRITON_HEAD_DIMS == aot_consts("HEAD_DIMS")
+
+
+def aot_consts(name):
+    from paged_lab.kernels import aot
+
+    return getattr(aot, name)
+
+
+def test_small_fp32_tiles_under_the_interpreter_match_the_reference(monkeypatch):
+    """What a T4 runs (fp32, TILE 32 over 128-token blocks; prefill rows 16 at head_dim 128), under the
+    interpreter: patch the target the launch functions see."""
+    from paged_lab.kernels import triton_paged as T
+
+    monkeypatch.setattr(T, "INTERPRETER_CC", 75)
+    assert T.tile_for(128, False, None) == 32
+    _decode([130, 40], 128, 1, 4, 128, torch.float32, 2, seed=3)
+    _prefill([130, 40], [70, 40], 128, 1, 4, 128, torch.float32, seed=3)
+
+
 # ------------------------------------------------------------- the GPU code path compiles, without a GPU
-_AOT = """
-import os, sys
-os.environ["TRITON_INTERPRET"] = "0"  # decorate as compiled kernels (this process never launches one)
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, compile
-from paged_lab.kernels import triton_paged as T
-
-def build(fn, types, consts, arch):
-    sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
-    compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32))
-
-for arch in (80, 90):
-    for dt in ("bf16", "fp32"):
-        p = {n: "*" + dt for n in ("q_ptr", "k_cache_ptr", "v_cache_ptr", "k_ptr", "v_ptr")}
-        p.update(block_tables_ptr="*i32", context_lens_ptr="*i32", query_start_loc_ptr="*i32",
-                 slot_mapping_ptr="*i32", lse_ptr="*fp32", part_ptr="*fp32", qk_scale="fp32")
-        f32 = dt == "fp32"
-        for split in (False, True):
-            build(T._decode_kernel, {**p, "out_ptr": "*fp32" if split else "*" + dt},
-                  dict(GROUP=3, GROUP_PAD=16, HEAD_DIM=128, BLOCK_SIZE=8, TILE=16, SPLIT=split, F32=f32), arch)
-        build(T._prefill_kernel, {**p, "out_ptr": "*" + dt},
-              dict(GROUP=3, GROUP_PAD=4, BLOCK_Q=16, HEAD_DIM=64, BLOCK_SIZE=256, TILE=64, F32=f32), arch)
-        build(T._merge_splits_kernel, {**p, "out_ptr": "*" + dt}, dict(SPLITS_PAD=8, HEAD_DIM=128), arch)
-        build(T._store_kv_kernel, p, dict(NUM_KV_HEADS=3, HEADS_PAD=4, HEAD_DIM=64, BLOCK_SIZE=16), arch)
-print("COMPILED")
-"""
-
-
 @pytest.mark.slow
-def test_kernels_compile_for_sm80_and_sm90_without_a_gpu():
+def test_kernels_compile_for_sm75_to_sm90_within_registers_spills_and_shared_memory():
     """The interpreter does not check what only the compiler checks (types across branches, dot shapes,
-    bf16 on the native path): compile every kernel ahead of time for A100/H100 targets, in a fresh process."""
+    bf16 on the native path), nor what a GPU has room for. Compile every kernel ahead of time for
+    T4/A100/RTX-30xx/H100 targets, in a fresh process, with the launch parameters the wrappers use
+    (``paged_lab.kernels.aot``), and check registers, spills and shared memory against each target.
+    About 10 minutes on two busy cores the first time; Triton's cache (~/.triton/cache) makes reruns fast."""
+    import json
     import os
     import subprocess
     import sys
 
     if importlib.util.find_spec("triton.backends.nvidia") is None:
         pytest.skip("this triton build has no NVIDIA backend")
+    from paged_lab.kernels import aot
+
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-    res = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
-    assert "COMPILED" in res.stdout, res.stderr[-3000:]
+    res = subprocess.run([sys.executable, "-m", "paged_lab.kernels.aot", "--jobs", "2"], capture_output=True,
+                         text=True, env=env, timeout=1800)  # fmt: skip
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    errors = [r["error"] for r in rows if "error" in r]
+    assert not errors, "\n".join(errors)[:5000]
+    assert res.returncode == 0, res.stderr[-3000:]
+    done = {(r["kernel"], r["cc"], r["dtype"]) for r in rows}
+    for cc in aot.TARGETS:
+        for dtype in aot.DTYPES:
+            for kernel in ("_decode_kernel", "_prefill_kernel", "_store_kv_kernel"):
+                assert (kernel, cc, dtype) in done, f"{kernel} was not compiled for sm_{cc} {dtype}"
+        assert any(k == "_merge_splits_kernel" and c == cc for k, c, _ in done)
+    problems = []
+    for r in rows:
+        for p in aot.Resources(**r).problems():
+            problems.append(f"{r['kernel']} sm_{r['cc']} {r['dtype']} [{r['constexprs']}]: {p}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_compile_grid_covers_every_value_per_target():
+    from paged_lab.kernels import aot
+
+    grid = aot.config_grid()
+    for cc in aot.TARGETS:
+        mine = [c for c in grid if c.cc == cc]
+        assert {c.block_size for c in mine} == set(aot.BLOCK_SIZES)
+        assert {c.head_dim for c in mine} == set(aot.HEAD_DIMS)
+        assert {c.group for c in mine if c.kernel != "store_kv"} >= set(aot.GROUPS)
+        assert {c.kernel for c in mine} == {"store_kv", "decode", "decode_split", "prefill"}
+        for dtype in aot.DTYPES:  # the most demanding shapes, per dtype: head_dim 128 at the largest TILE
+            assert any(c.dtype == dtype and c.kernel.startswith("decode") and c.head_dim == 128
+                       and c.block_size >= 64 for c in mine)  # fmt: skip
+            assert any(c.dtype == dtype and c.kernel == "prefill" and c.head_dim == 128 and c.block_size >= 64
+                       for c in mine)  # fmt: skip
+    assert len(grid) < 80  # not the full product

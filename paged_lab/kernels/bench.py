@@ -6,10 +6,17 @@ What is compared, for one decode step of ``batch`` sequences of ``context_len`` 
   contiguously (``[batch, kv_heads, context_len, head_dim]``), the no-paging baseline;
 - ``flashinfer``: FlashInfer's paged decode on the same paged cache, when the package is installed.
 
-Achieved bandwidth = bytes of K and V read (``2 x tokens x kv_heads x head_dim x dtype bytes``)
-/ median time; ``pct_peak`` divides it by the GPU's datasheet HBM bandwidth (``PEAK_GBS``, or
-``peak_gbs=`` when the GPU is not listed: then no percentage is reported rather than a guess).
-Nothing here produces numbers without running on the device it names.
+Achieved bandwidth = bytes of K and V read from HBM (``2 x tokens x kv_heads x head_dim x dtype bytes``)
+/ median time; ``pct_peak`` divides it by the GPU's datasheet HBM bandwidth (``PEAK_GBS``, looked up by
+the exact GPU name, or ``peak_gbs=`` when the GPU is not listed: then no percentage is reported rather
+than a guess). Nothing here produces numbers without running on the device it names.
+
+How a GPU launch is timed (:func:`cuda_time_ms`): before every repetition the L2 cache is flushed (a
+write of twice its size), so the K/V bytes really come from HBM (an H200's 50 MB L2 would otherwise hold
+a small case and report over 100% of peak); then the GPU is kept busy (``torch.cuda._sleep``) while
+Python enqueues the call, so the CUDA events around it time the kernels, not the dispatch checks and
+the launch overhead. :func:`hbm_bytes` is what the bandwidth divides by. These GPU code paths have not
+been run in this project's CI (there is no GPU there); the CPU tests check the arithmetic around them.
 """
 
 from __future__ import annotations
@@ -23,24 +30,58 @@ import torch.nn.functional as F
 
 from paged_lab.kernels.dispatch import paged_attention_decode
 
-# Datasheet peak memory bandwidth, GB/s (10^9 B/s), by a substring of torch.cuda.get_device_name().
+# Datasheet peak memory bandwidth, GB/s (10^9 B/s), by the GPU's name as torch.cuda.get_device_name()
+# gives it, less the vendor prefix ("NVIDIA ", "Tesla ", "GeForce "): matched exactly, so "A100-..."
+# can never fall through to "A10".
 PEAK_GBS = {
-    "H200": 4800, "H100 NVL": 3900, "H100 PCIe": 2000, "H100": 3350, "GH200": 4000,
+    "H200": 4800, "H200 NVL": 4800, "H100 80GB HBM3": 3350, "H100 SXM5 80GB": 3350, "H100 NVL": 3900,
+    "H100 PCIe": 2000, "GH200 480GB": 4000,
     "A100-SXM4-80GB": 2039, "A100 80GB PCIe": 1935, "A100-PCIE-40GB": 1555, "A100-SXM4-40GB": 1555,
-    "L40S": 864, "L40": 864, "L4": 300, "A10G": 600, "A10": 600, "T4": 320, "V100": 900,
+    "L40S": 864, "L40": 864, "L4": 300, "A10G": 600, "A10": 600, "T4": 320,
+    "V100-SXM2-16GB": 900, "V100-SXM2-32GB": 900, "V100-PCIE-16GB": 900, "V100-PCIE-32GB": 900,
     "RTX 4090": 1008, "RTX 3090": 936,
 }  # fmt: skip
+_VENDOR_PREFIXES = ("NVIDIA ", "Tesla ", "GeForce ")
+
+
+def gpu_model(name: str) -> str:
+    """``"NVIDIA A100-SXM4-80GB"`` -> ``"A100-SXM4-80GB"``, ``"Tesla T4"`` -> ``"T4"``: the key of :data:`PEAK_GBS`."""
+    name = name.strip()
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _VENDOR_PREFIXES:
+            if name.startswith(prefix):
+                name, changed = name[len(prefix):].strip(), True
+    return name
+
+
+def peak_gbs_for_name(name: str) -> float | None:
+    """Datasheet HBM bandwidth for a GPU name, or None when it is not listed (no guessing by substring)."""
+    gbs = PEAK_GBS.get(gpu_model(name))
+    return None if gbs is None else float(gbs)
 
 
 def peak_gbs(device) -> float | None:
     """Datasheet HBM bandwidth of a CUDA device, or None when it is not in :data:`PEAK_GBS`."""
     if torch.device(device).type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key in sorted(PEAK_GBS, key=len, reverse=True):  # most specific name first
-        if key in name:
-            return float(PEAK_GBS[key])
-    return None
+    return peak_gbs_for_name(torch.cuda.get_device_name(device))
+
+
+def hbm_bytes(kv_bytes: int, l2_bytes: int, l2_flushed: bool) -> int:
+    """Bytes that must come from HBM: all of them after an L2 flush; without one, a working set up to
+    the L2's size may already sit there from the previous repetition, so that part is not counted."""
+    if kv_bytes < 0 or l2_bytes < 0:
+        raise ValueError(f"kv_bytes and l2_bytes must be >= 0, got {kv_bytes} and {l2_bytes}")
+    return kv_bytes if l2_flushed else max(0, kv_bytes - l2_bytes)
+
+
+def l2_cache_bytes(device) -> int:
+    """The device's L2 size (0 off CUDA, or when torch does not report it)."""
+    if torch.device(device).type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
 
 
 def kv_bytes_read(batch: int, context_len: int, num_kv_heads: int, head_dim: int, dtype) -> int:
@@ -49,26 +90,45 @@ def kv_bytes_read(batch: int, context_len: int, num_kv_heads: int, head_dim: int
 
 
 def median_ms(fn, device="cuda", warmup: int = 3, iters: int = 20) -> float:
-    """Median wall time of ``fn()`` in ms (CUDA events on a GPU, perf_counter elsewhere)."""
+    """Median wall time of ``fn()`` in ms (:func:`cuda_time_ms` on a GPU, perf_counter elsewhere)."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if torch.device(device).type == "cuda":
+        return cuda_time_ms(fn, device, warmup=warmup, iters=iters)
     for _ in range(warmup):
         fn()
     times = []
-    cuda = torch.device(device).type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
     for _ in range(iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def cuda_time_ms(fn, device="cuda", warmup: int = 3, iters: int = 20, flush_l2: bool = True,
+                 sleep_cycles: int = 2_000_000) -> float:  # fmt: skip
+    """Median GPU time of ``fn()`` in ms: L2 flushed before each repetition (``flush_l2``), and the GPU
+    kept busy for ``sleep_cycles`` clock cycles (about 1 ms) before the start event, so that Python's
+    time to enqueue ``fn`` is hidden and the events time the kernels only. Not measured in CI (no GPU)."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    device = torch.device(device)
+    flush = torch.empty(max(2 * l2_cache_bytes(device), 2**20), dtype=torch.uint8, device=device) if flush_l2 else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(device)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush.zero_()  # evicts the K/V of the previous repetition from L2
+        if hasattr(torch.cuda, "_sleep"):  # a private torch helper: skip it where a version lacks it
+            torch.cuda._sleep(sleep_cycles)  # the GPU waits here while the CPU enqueues the events and fn
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize(device)
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def make_decode_inputs(batch, context_len, block_size, num_heads, num_kv_heads, head_dim, dtype, device, seed=0):
@@ -141,7 +201,8 @@ def bench_decode(batch, context_len, block_size, num_heads=32, num_kv_heads=8, h
     # correctness first: the paged kernel must agree with the contiguous baseline
     ref = sdpa()[:, :, 0].float()
     err = (paged().float() - ref).abs().max().item()
-    nbytes = kv_bytes_read(batch, context_len, num_kv_heads, head_dim, dtype)
+    nbytes = hbm_bytes(kv_bytes_read(batch, context_len, num_kv_heads, head_dim, dtype), l2_cache_bytes(device),
+                       l2_flushed=True)  # median_ms -> cuda_time_ms flushes L2 before every repetition
     row = dict(device=torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu",
                dtype=str(dtype).replace("torch.", ""), batch=batch, context_len=context_len, block_size=block_size,
                num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, backend=backend,

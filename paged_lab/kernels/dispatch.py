@@ -133,6 +133,8 @@ def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
             f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need head_dim "
             f"contiguous and both caches laid out alike; pass .contiguous() caches)"
         )
+    if k_cache.is_cuda and triton_available():  # the GPU itself (older than sm_75: not checked)
+        return _triton(k_cache).unsupported_reason(k_cache.dtype, k_cache.device)
     return None
 
 

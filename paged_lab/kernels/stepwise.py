@@ -23,8 +23,8 @@ def decode_program(q_group, k_cache, v_cache, block_table, context_len: int, kv_
     block_size = k_cache.shape[1]
     blocks = range(-(-context_len // block_size)) if blocks is None else blocks
     q = q_group.float()
-    m = torch.full((q.shape[0],), float("-inf"))  # running max of the scores
-    l_sum = torch.zeros(q.shape[0])  # running sum of exp(score - m)
+    m = torch.full((q.shape[0],), float("-inf"), device=q.device)  # running max of the scores
+    l_sum = torch.zeros(q.shape[0], device=q.device)  # running sum of exp(score - m)
     acc = torch.zeros_like(q)  # running sum of exp(score - m) * v
     for j in blocks:
         block = int(block_table[j])  # look the physical block up in the table

@@ -7,9 +7,10 @@ arguments (see :mod:`paged_lab.kernels.dispatch`).
 How the kernels read the cache. Per layer, ``k_cache[num_blocks, block_size, num_kv_heads, head_dim]``;
 a sequence's token at position ``p`` lives in physical block ``block_table[p // block_size]``, row
 ``p % block_size``. The kernels walk the context in *tiles* of ``TILE`` token positions and look the
-physical block of every position up in the table. ``TILE`` is ``block_size`` clamped to [16, 64]:
-at least 16 because ``tl.dot`` needs it (so two 8-token blocks share a tile), at most 64 to bound
-registers (so a 256-token block takes four tiles). Positions at or past ``context_len`` are masked
+physical block of every position up in the table. ``TILE`` is ``block_size`` clamped to
+[16, max_tile]: at least 16 because ``tl.dot`` needs it (so two 8-token blocks share a tile), at most
+32 or 64 to bound shared memory and registers (so a 256-token block takes four to eight tiles); see
+:func:`max_tile`. Positions at or past ``context_len`` are masked
 twice: on the *loads* (``other=0``, so NaN or garbage in unused slots is never read) and on the
 *scores* (``-inf``, so they get zero weight).
 
@@ -19,11 +20,19 @@ tile is loaded once per group. ``tl.arange`` needs powers of two, so the group i
 
 Softmax is online (running max ``m``, running sum ``l_sum``) in base 2: scores are pre-multiplied by
 ``scale * log2(e)`` so ``exp2`` can be used; the log-sum-exp of a split is kept in the same base.
+
+Launch parameters (grid, constexprs, num_warps) come from the pure functions :func:`store_kv_launch`,
+:func:`decode_launch` and :func:`prefill_launch`, which take the GPU's compute capability as an
+argument. The wrappers call them with the real device's; ``tests/test_kernels_triton.py`` calls the
+same functions for sm_75, sm_80, sm_86 and sm_90 and compiles what they return, without a GPU, and checks
+the registers, spills and shared memory the compiler reports (the table is in ``docs/benchmarks.md``).
+No figure about GPU *speed* comes from that: it was not measured on a GPU.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -42,14 +51,112 @@ def triton_lang_interpreted() -> bool:
     return not isinstance(tl.cdiv, triton.runtime.JITFunction)
 
 
-def _compute_in_f32(dtype) -> bool:
-    """fp32 inputs: IEEE fp32 dots (not TF32). Half inputs: native dots on a GPU. The interpreter
-    does bf16 arithmetic on raw bits (wrong results), so there bf16 tiles are upcast right after loading."""
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and is_interpreted())
+# ------------------------------------------------------------------------------ launch parameters
+# Compute capabilities (10 * major + minor) the kernels are compiled for in the tests, and the shared
+# memory one block may use there (CUDA's opt-in maximum per block): T4 (sm_75) 64 KiB; A100 (sm_80)
+# 163 KiB; RTX 30xx/A10 (sm_86) and RTX 40xx/L4/L40 (sm_89) 99 KiB; H100/H200 (sm_90) 227 KiB.
+SMEM_PER_BLOCK = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448}
+MIN_CC = 75  # older GPUs (V100 = sm_70 ...) are not checked: the dispatch refuses them
+INTERPRETER_CC = 80  # under the interpreter (cc None) tiles are chosen as for an A100
 
 
-def _tile(block_size: int) -> int:
-    return min(max(block_size, 16), 64)
+@dataclass(frozen=True)
+class Launch:
+    """How one kernel is launched: ``kernel[grid](*args, **constexprs, **options)``."""
+
+    grid: tuple
+    constexprs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # num_warps...: compile options, also given to triton.compile
+
+
+def device_cc(device) -> int | None:
+    """Compute capability as 10 * major + minor (75 for a T4, 90 for an H100), None off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def unsupported_reason(dtype, device) -> str | None:
+    """Why the kernels must not run on ``device`` (a GPU older than sm_75), or None when they can."""
+    cc = device_cc(device)
+    if cc is not None and cc < MIN_CC:
+        return (f"GPU {torch.cuda.get_device_name(device)} (sm_{cc}): the Triton kernels are compiled and "
+                f"checked for sm_{MIN_CC} (T4) and newer")  # fmt: skip
+    return None
+
+
+def compute_in_f32(dtype, cc: int | None) -> bool:
+    """Upcast K/V tiles to float32 and use IEEE fp32 dots? fp32 inputs: yes (not TF32). fp16: no,
+    native tensor-core dots. bf16: native on sm_80 and newer; sm_75 (T4) has no bf16 tensor cores,
+    and the interpreter (cc None) does bf16 arithmetic on raw bits, so there the tiles are upcast."""
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and (cc is None or cc < 80)
+
+
+def max_tile(f32: bool, cc: int | None) -> int:
+    """Largest TILE (token positions per loop step). fp32 K and V tiles take twice the bytes of half
+    ones: at 64 positions x head_dim 128 they need more shared memory than a T4 (64 KiB) or an sm_86
+    (99 KiB) has, and spill registers on sm_90; 32 fits all. Half tiles: 64 from sm_80 up; 32 on sm_75."""
+    if f32 or (cc or INTERPRETER_CC) < 80:
+        return 32
+    return 64
+
+
+def tile_for(block_size: int, f32: bool, cc: int | None) -> int:
+    return min(max(block_size, 16), max_tile(f32, cc))
+
+
+def prefill_rows(f32: bool, cc: int | None, head_dim: int) -> int:
+    """Rows (query tokens x GQA heads) one prefill program holds. Its q and accumulator live in
+    registers, [rows, head_dim] each, so rows x head_dim is bounded: 4,096 for half dots from sm_80 up
+    (64 rows at head_dim 64, 32 at 128), 2,048 for fp32 tiles and on sm_75 (spills otherwise, up to
+    8.8 KB per thread on sm_90 before this limit). Never under 16 (``tl.dot``)."""
+    budget = 2048 if f32 or (cc or INTERPRETER_CC) < 80 else 4096
+    return max(budget // head_dim, 16)
+
+
+def store_kv_launch(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int) -> Launch:
+    consts = dict(NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim,
+                  BLOCK_SIZE=block_size)  # fmt: skip
+    return Launch((num_tokens,), consts, dict(num_warps=4))
+
+
+def decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks, dtype, cc,
+                  num_splits=1) -> tuple[Launch, Launch | None, int]:  # fmt: skip
+    """-> (decode, merge or None, tiles_per_split). ``max_blocks`` is the block table's width; the
+    longest context is bounded by it, so no device sync is needed to read ``context_lens``."""
+    f32 = compute_in_f32(dtype, cc)
+    tile = tile_for(block_size, f32, cc)
+    max_tiles = triton.cdiv(max_blocks * block_size, tile)
+    num_splits = max(1, min(num_splits, max_tiles))
+    tiles_per_split = triton.cdiv(max_tiles, num_splits)
+    num_splits = triton.cdiv(max_tiles, tiles_per_split)  # drop splits that would always be empty
+    group = num_heads // num_kv_heads
+    consts = dict(GROUP=group, GROUP_PAD=max(triton.next_power_of_2(group), 16), HEAD_DIM=head_dim,
+                  BLOCK_SIZE=block_size, TILE=tile, SPLIT=num_splits > 1, F32=f32)  # fmt: skip
+    decode = Launch((num_seqs, num_kv_heads, num_splits), consts, dict(num_warps=4))
+    if num_splits == 1:
+        return decode, None, tiles_per_split
+    merge = Launch((num_seqs, num_heads), dict(SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim),
+                   dict(num_warps=4))  # fmt: skip
+    return decode, merge, tiles_per_split
+
+
+def prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, block_size, dtype, cc) -> Launch:
+    f32 = compute_in_f32(dtype, cc)
+    group = num_heads // num_kv_heads
+    group_pad = triton.next_power_of_2(group)
+    rows = prefill_rows(f32, cc, head_dim)
+    # rows per program = block_q * group_pad: `rows`, never under 16 (tl.dot), fewer for short queries
+    block_q = min(max(rows // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
+    consts = dict(GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
+                  TILE=tile_for(block_size, f32, cc), F32=f32)  # fmt: skip
+    # head_dim 128: eight warps share the [rows, 128] q and accumulator (with four, ptxas spills 0.5-3 KB)
+    num_warps = 8 if head_dim >= 128 else 4
+    return Launch((num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads), consts, dict(num_warps=num_warps))
 
 
 # -------------------------------------------------------------------------------------- store_kv
@@ -84,12 +191,12 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     k, v = k.contiguous(), v.contiguous()
     num_tokens, num_kv_heads, head_dim = k.shape
     assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
-    _store_kv_kernel[(num_tokens,)](
+    launch = store_kv_launch(num_tokens, num_kv_heads, head_dim, k_cache.shape[1])
+    _store_kv_kernel[launch.grid](
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads), HEAD_DIM=head_dim,
-        BLOCK_SIZE=k_cache.shape[1],
+        **launch.constexprs, **launch.options,
     )  # fmt: skip
 
 
@@ -240,43 +347,41 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     """Decode attention over the paged cache; see :func:`paged_lab.kernels.dispatch.paged_attention_decode`."""
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    out = torch.empty_like(q)
+    # `out` is allocated contiguous, not empty_like(q): q may be a strided view, and the kernels write
+    # `out` with head_dim stride 1.
+    out = torch.empty((num_seqs, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out
     assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
-    group = num_heads // num_kv_heads
-    tile = _tile(block_size)
-    # Upper bound of the longest context from the table's width: no device sync to read context_lens.
-    max_tiles = triton.cdiv(block_tables.shape[1] * block_size, tile)
+    cc = device_cc(q.device)
     if num_splits is None:
-        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_tiles * tile, q.device)
-    num_splits = max(1, min(num_splits, max_tiles))
-    tiles_per_split = triton.cdiv(max_tiles, num_splits)
-    num_splits = triton.cdiv(max_tiles, tiles_per_split)  # drop splits that would always be empty
-    split = num_splits > 1
-    if split:
+        tile = tile_for(block_size, compute_in_f32(q.dtype, cc), cc)
+        max_tokens = triton.cdiv(block_tables.shape[1] * block_size, tile) * tile
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_tokens, q.device)
+    decode, merge, tiles_per_split = decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size,
+                                                   block_tables.shape[1], q.dtype, cc, num_splits)  # fmt: skip
+    if merge is not None:
+        num_splits = decode.grid[2]
         part = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
         dst, s_os, s_oh, s_op = part, part.stride(0), part.stride(1), part.stride(2)
     else:
         lse = out  # unused
         dst, s_os, s_oh, s_op = out, out.stride(0), out.stride(1), 0
-    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+    _decode_kernel[decode.grid](
         dst, lse, q, k_cache, v_cache, block_tables, context_lens,
         scale * LOG2E, tiles_per_split,
         q.stride(0), q.stride(1),
         s_os, s_oh, s_op,
         block_tables.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        GROUP=group, GROUP_PAD=max(triton.next_power_of_2(group), 16), HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, TILE=tile, SPLIT=split, F32=_compute_in_f32(q.dtype),
+        **decode.constexprs, **decode.options,
     )  # fmt: skip
-    if split:
-        _merge_splits_kernel[(num_seqs, num_heads)](
-            out, part, lse, num_splits, out.stride(0), out.stride(1),
-            SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
+    if merge is not None:
+        _merge_splits_kernel[merge.grid](
+            out, part, lse, num_splits, out.stride(0), out.stride(1), **merge.constexprs, **merge.options,
         )  # fmt: skip
     return out
 
@@ -349,7 +454,7 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
     """
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    out = torch.empty_like(q)
+    out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)  # contiguous, as in decode
     num_seqs = query_start_loc.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
@@ -358,17 +463,14 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
-    group = num_heads // num_kv_heads
-    group_pad = triton.next_power_of_2(group)
-    # rows per program = block_q * group_pad: about 64, never under 16 (tl.dot), fewer for short queries
-    block_q = min(max(64 // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
-    _prefill_kernel[(num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)](
+    launch = prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, block_size, q.dtype,
+                            device_cc(q.device))  # fmt: skip
+    _prefill_kernel[launch.grid](
         out, q, k_cache, v_cache, block_tables, context_lens, query_start_loc,
         scale * LOG2E,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         block_tables.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size, TILE=_tile(block_size), F32=_compute_in_f32(q.dtype),
+        **launch.constexprs, **launch.options,
     )  # fmt: skip
     return out
