@@ -248,6 +248,7 @@ class Scheduler:
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
         seq.append_token(token)
+        seq.output_steps.append(step)
         if seq.first_token_step is None:
             seq.first_token_step = step
         if not seq.ignore_eos and token == seq.eos_token_id:
@@ -294,6 +295,7 @@ class Scheduler:
             child.token_ids[-1] = last_token_id
         child.num_computed_tokens, child.prefill_end = parent.num_computed_tokens, parent.prefill_end
         child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
+        child.output_steps = list(parent.output_steps)
         child.status = RUNNING
         self._live_ids.add(child.seq_id)
         self.running.append(child)
