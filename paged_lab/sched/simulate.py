@@ -212,7 +212,8 @@ def _request_rows(done: list[Sequence], rejected: list[tuple[str, str]]) -> list
              "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
              "latency_steps": seq.latency_steps, "ttft_steps": seq.ttft_steps, "prompt_tokens": seq.num_prompt_tokens,
              "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
-             "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason}
+             "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason,
+             "output_steps": seq.output_steps}  # the step of each output token (shared, not copied)
             for seq in sorted(done, key=lambda s: s.seq_id)]
     return rows + [{"name": name, "status": "rejected", "error": msg} for name, msg in rejected]
 

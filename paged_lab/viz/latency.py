@@ -60,5 +60,29 @@ def latency_playground(rate: float = 0.3, block_size: int = 16, num_requests: in
 def latency_readout(fig: go.Figure, rate: float, block_size: int, num_requests: int) -> str:
     """One line under the sliders: the ringed points' numbers (changes with every slider)."""
     points = latency_sweep((rate,), block_size=block_size, num_requests=num_requests)
-    return f"{rate:g} requests/step · " + " · ".join(
+    return f"{rate:g} requests/step · {num_requests} requests · blocks of {block_size} · " + " · ".join(
         f"{p.design}: {p.tokens_per_step:.2f} tok/step, p90 TTFT {p.ttft_p90:.0f} steps" for p in points)
+
+
+def fig_chunked_prefill(runs, step_time=None, chat: str = "chat0",
+                        title: str = "A long prompt arrives: one big step, or chunks under a token budget") -> go.Figure:
+    """Per budget (``sched.timing.chunked_prefill_runs``): tokens computed per step (top) and the
+    gap before each of ``chat``'s tokens in modelled milliseconds (bottom), against the step."""
+    from paged_lab.sched.timing import StepTime, step_end_times
+
+    step_time = StepTime() if step_time is None else step_time
+    fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("tokens computed per step", f"{chat}: time since its previous token (ms)"))
+    for (budget, r), color in zip(runs.items(), ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")):
+        name = "no budget" if budget is None else f"max_num_batched_tokens={budget}"
+        t = r.timeline
+        fig.add_trace(go.Scatter(x=t["step"], y=[a + b for a, b in zip(t["prefill_tokens"], t["decode_tokens"])],
+                                 name=name, line=dict(color=color, shape="hv"), legendgroup=name), row=1, col=1)
+        end = step_end_times(r, step_time)
+        steps = next(q["output_steps"] for q in r.requests if q["name"] == chat)
+        fig.add_trace(go.Scatter(x=steps[1:], y=[1e3 * (end[b] - end[a]) for a, b in zip(steps, steps[1:])],
+                                 mode="lines+markers", line=dict(color=color), showlegend=False, legendgroup=name),
+                      row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(title=title, height=520, margin=dict(t=90, b=40))
+    return fig
