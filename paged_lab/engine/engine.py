@@ -38,6 +38,8 @@ from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 from paged_lab.sched.latency import latency_summary, token_gaps
 
+PARALLEL_SAMPLING = ("fork", "prefix")  # V0 (the paper) / V1
+
 
 class _Request:
     """Engine-side bookkeeping of one request: its params, its sequences (one per completion)."""
@@ -80,6 +82,13 @@ class LLM:
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
+    parallel_sampling: how ``SamplingParams(n > 1)`` shares the prompt. "fork" (the paper, vLLM V0): once
+        the prompt is prefilled, n - 1 children fork the parent's block table (refcounts) and draw their
+        first token from its logits; the first write into a shared, partly filled block is a
+        copy-on-write. "prefix" (vLLM V1): n - 1 independent requests with the same prompt, which find its
+        full blocks in the prefix cache (``enable_prefix_caching``) and compute the rest themselves; no
+        copy-on-write. They are added once the parent's prompt is computed, so every cached block they
+        find holds KV. Both give the same tokens (completion i samples with seed + i).
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
@@ -97,9 +106,13 @@ class LLM:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
+                 parallel_sampling: str = "fork",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         _check_engine_args(attention_backend, preemption, block_size, compile_sizes)
+        if parallel_sampling not in PARALLEL_SAMPLING:
+            raise ValueError(f"parallel_sampling must be one of {PARALLEL_SAMPLING}, got {parallel_sampling!r}")
+        self.parallel_sampling = parallel_sampling
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
         self.device = next(hf_model.parameters()).device
@@ -357,11 +370,30 @@ class LLM:
             req = self._requests[parent.seq_id]
             if not req.pending_forks or parent.num_output_tokens != 1:
                 continue
+            if self.parallel_sampling == "prefix":
+                self._add_siblings(req, parent)
+                continue
             while req.pending_forks:
                 child, token = self._new_child(req, parent, logits[row : row + 1])
                 if self._place_child(parent, child, token, self._stop_reason(req, child, token)):
                     finished.append(child)
         return finished
+
+    def _add_siblings(self, req: _Request, parent: Sequence) -> None:
+        """V1's parallel sampling: the n - 1 other completions join the queue as requests of their own with
+        the same prompt; the prefix cache hands them the parent's full prompt blocks."""
+        sp = req.params
+        while req.pending_forks:
+            i = len(req.seqs)
+            child = Sequence(f"{req.request_id}.{i}", req.prompt_token_ids, max_tokens=parent.max_tokens,
+                             eos_token_id=parent.eos_token_id, ignore_eos=parent.ignore_eos,
+                             arrival_step=parent.arrival_step)
+            req.seqs.append(child)
+            req.pending_forks -= 1
+            self._requests[child.seq_id] = req
+            self._generators[child.seq_id] = None if sp.greedy else make_generator(
+                None if sp.seed is None else sp.seed + i, self.device)
+            self.scheduler.add_request(child)
 
     def _new_child(self, req: _Request, parent: Sequence, logits_row: torch.Tensor) -> tuple[Sequence, int]:
         """Child i of ``req`` and its first token, drawn from the parent's first logits row ``[1, vocab]``."""

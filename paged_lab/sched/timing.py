@@ -33,7 +33,7 @@ class StepTime(NamedTuple):
         return self.fixed + self.per_token * np.asarray(num_tokens, dtype=float)
 
 
-DEFAULT_STEP_TIME = StepTime()  # the order of SmolLM2-135M's eager steps on a laptop CPU
+DEFAULT_STEP_TIME = StepTime()  # illustrative figures; notebook 07 measures a real engine's steps
 
 
 def step_end_times(result: SimResult, step_time: StepTime = DEFAULT_STEP_TIME) -> np.ndarray:

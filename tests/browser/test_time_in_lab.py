@@ -23,10 +23,9 @@ RUN_ALL = """() => { window.__runAll = null;
   window.jupyterapp.commands.execute('notebook:run-all-cells').then(
     (ok) => { window.__runAll = {ok: ok}; }, (err) => { window.__runAll = {error: String(err)}; }); }"""
 
-# The plotly figures whose title names the curve, and how many traces each drew.
+# The plotly figures of the curve (a trace per design, named after it), and how many traces each drew.
 CURVES = """() => Array.from(document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot'))
-  .filter((p) => p.layout && p.layout.title && /saturation|Throughput against latency/.test(
-      typeof p.layout.title === 'string' ? p.layout.title : p.layout.title.text))
+  .filter((p) => (p.data || []).some((t) => t.name === 'continuous batching, paged'))
   .map((p) => ({traces: p.data.length, drawn: p.querySelectorAll('.main-svg .trace').length}))"""
 
 SNAPSHOT = """(box) => { const p = box.querySelector('.js-plotly-plot');
