@@ -45,3 +45,17 @@ def test_chunked_prefill_figure_has_a_line_per_budget_and_panel(runs):
     assert len(fig.data) == 4
     gaps = fig.data[1].y  # chat0's gaps without a budget: one stall of the whole prefill
     assert max(gaps) == pytest.approx(1e3 * StepTime().seconds(2048 + 8))
+
+
+def test_preemption_costs_recompute_vs_prefix_cache_vs_swap():
+    from paged_lab.sched.timing import preemption_costs
+
+    tight = workloads.uniform(16, prompt_len=(16, 64), output_len=(8, 64), seed=0)
+    costs = preemption_costs(tight, num_blocks=12)
+    rec, cached, swap = costs["recompute"], costs["recompute + prefix cache"], costs["swap"]
+    assert rec["preemptions"] > 0 and rec["blocks_swapped"] == cached["blocks_swapped"] == 0
+    assert rec["tokens_recomputed"] > cached["tokens_recomputed"] > 0 == swap["tokens_recomputed"]
+    assert swap["blocks_swapped"] > 0 and swap["blocks_swapped"] % 2 == 0  # every block out comes back in
+    assert all(c["steps_lost"] > 0 for c in costs.values())
+    with pytest.raises(ValueError, match="roomy_blocks=12 still preempts"):
+        preemption_costs(tight, num_blocks=12, roomy_blocks=12)

@@ -72,6 +72,7 @@ class Scheduler:
         self.swapped: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
+        self.num_blocks_swapped = 0  # blocks copied GPU -> CPU and back (swap preemption's cost)
         self._live_ids: set = set()
         self._last_out: SchedulerOutput | None = None
 
@@ -191,7 +192,9 @@ class Scheduler:
             self.swapped.popleft()
             table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
             on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
-            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
+            copies = self.swap_space.swap_in(seq.seq_id, table, on_gpu)
+            out.swap_in.extend(copies)
+            self.num_blocks_swapped += len(copies)
             seq.status = RUNNING
             self.running.append(seq)
             self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
@@ -211,6 +214,7 @@ class Scheduler:
         self.allocator.free(seq.seq_id)
         if copies is not None:  # its KV waits in the CPU pool
             out.swap_out.extend(copies)
+            self.num_blocks_swapped += len(copies)
             seq.status = SWAPPED
             self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
         else:  # recompute: its KV is dropped, and computed again once it is readmitted

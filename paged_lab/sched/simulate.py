@@ -268,6 +268,8 @@ def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
         "mean_latency": float(lat.mean()) if len(lat) else 0.0,
         "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
         "num_preemptions": sched.num_preemptions,
+        "blocks_swapped": sched.num_blocks_swapped,  # out + in
+        "prefill_tokens": sum(cols["prefill_tokens"]),  # prompt tokens computed (cache hits skipped)
         "peak_running": max(cols["running"], default=0),
         # Over the whole run: slots holding tokens / slots reserved (time-weighted).
         "utilization": used / reserved if reserved else 0.0,

@@ -73,3 +73,30 @@ def chunked_prefill_runs(budgets=(None, 256), workload: Workload | None = None, 
     wl = long_prompt_workload() if workload is None else workload
     return {b: simulate(wl, paged(num_blocks, block_size), {"max_num_seqs": 16, "max_num_batched_tokens": b})
             for b in budgets}
+
+
+PREEMPTION_MODES = {  # name -> (preemption, enable_prefix_caching)
+    "recompute": ("recompute", False),
+    "recompute + prefix cache": ("recompute", True),
+    "swap": ("swap", False),
+}
+
+
+def preemption_costs(workload: Workload, num_blocks: int, block_size: int = 16, max_num_seqs: int = 8,
+                     roomy_blocks: int | None = None) -> dict[str, dict[str, int]]:
+    """What preemption costs under each mode (vLLM V0 offers all three; V1 only recompute, with the
+    prefix cache on by default), against a pool of ``roomy_blocks`` where nobody is preempted:
+    preemptions, blocks copied to the CPU and back, tokens computed again, and steps lost."""
+    roomy_blocks = 16 * num_blocks if roomy_blocks is None else roomy_blocks
+    sched = {"max_num_seqs": max_num_seqs}
+    base = simulate(workload, paged(roomy_blocks, block_size), sched).summary
+    if base["num_preemptions"]:
+        raise ValueError(f"roomy_blocks={roomy_blocks} still preempts; give the baseline pool more blocks")
+    out = {}
+    for name, (preemption, caching) in PREEMPTION_MODES.items():
+        s = simulate(workload, paged(num_blocks, block_size, enable_prefix_caching=caching),
+                     {**sched, "preemption": preemption}).summary
+        out[name] = {"preemptions": s["num_preemptions"], "blocks_swapped": s["blocks_swapped"],
+                     "tokens_recomputed": s["prefill_tokens"] - base["prefill_tokens"],
+                     "steps_lost": s["makespan"] - base["makespan"]}
+    return out
