@@ -471,6 +471,7 @@ class LLM:
             "num_prefill": sum(1 for s in out.scheduled if s.is_prefill),
             "num_decode": sum(1 for s in out.scheduled if not s.is_prefill),
             "num_batched_tokens": num_tokens,
+            "num_context_tokens": sum(e.end for e in out.scheduled),  # K/V read by attention this step
             "num_preempted": len(out.preempted),
             "kv_usage": usage,
             "num_free_blocks": self.block_manager.num_free_blocks,
