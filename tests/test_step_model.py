@@ -38,3 +38,34 @@ def test_probe_measures_positive_rates_and_checks_its_arguments():
         probe_machine(matmul_n=4)
     with pytest.raises(ValueError, match="num_tokens must be an integer >= 1"):
         step_cost(get_spec(list_specs()[0]), 0, 10)
+
+
+def test_measure_decode_steps_reads_the_engines_timeline_and_the_figure_draws_it():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paged_lab.engine import LLM
+    from paged_lab.engine.step_model import measure_decode_steps
+    from paged_lab.viz.engine import fig_step_time
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+
+    class Tok:
+        eos_token_id = None
+
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    llm = LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
+              attention_backend="torch", enable_prefix_caching=False)
+    probe = MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
+    rows = measure_decode_steps(llm, probe, batch_sizes=(1, 3), context_lens=(8, 20), max_tokens=3)
+    assert [(r["batch_size"], r["context_len"]) for r in rows] == [(1, 8), (3, 8), (1, 20), (3, 20)]
+    # decodes at steps 1 and 2; the middle one (step 2) of 3 sequences with 20-token prompts reads
+    # 3 x 22 tokens of context (prompt + 2 sampled tokens, the newest one included)
+    assert rows[3]["bytes"] == step_cost(llm.spec, 3, 66).bytes
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in rows)
+    fig = fig_step_time(rows)
+    assert list(fig.data[1].x) == [1e3 * r["predicted_s"] for r in rows]

@@ -93,3 +93,27 @@ def step_cost(spec: ModelSpec, num_tokens: int, context_tokens: int, dtype="floa
 def predict_step_seconds(cost: StepCost, probe: MachineProbe) -> float:
     """The roofline: the slower of moving the bytes and doing the FLOPs."""
     return max(cost.bytes / probe.bandwidth, cost.flops / probe.matmul_flops)
+
+
+def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), context_lens=(16, 128),
+                         max_tokens: int = 4) -> list[dict]:
+    """Run ``llm`` on synthetic prompts for each (batch size, context length) and read its own step
+    timeline: the median time of the pure decode steps, beside the roofline's prediction for them."""
+    from statistics import median
+
+    from paged_lab.engine.params import SamplingParams
+
+    sp = SamplingParams(temperature=0, max_tokens=check_int("max_tokens", max_tokens, minimum=2), ignore_eos=True)
+    rows = []
+    for ctx in context_lens:
+        for bs in batch_sizes:
+            start = len(llm.timeline)
+            # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
+            llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]} for i in range(bs)],
+                         sp, use_tqdm=False)
+            decodes = [t for t in llm.timeline[start:] if t["num_prefill"] == 0 and t["num_decode"] == bs]
+            mid = decodes[len(decodes) // 2]
+            cost = step_cost(llm.spec, mid["num_batched_tokens"], mid["num_context_tokens"], llm.dtype)
+            rows.append({"batch_size": bs, "context_len": ctx, "measured_s": median(t["seconds"] for t in decodes),
+                         "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes, "flops": cost.flops})
+    return rows
