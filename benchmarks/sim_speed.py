@@ -9,6 +9,7 @@ about 10x the time: the work is linear in the tokens).
 
     .venv/bin/python benchmarks/sim_speed.py            # 100, 1,000 and 10,000 requests
     .venv/bin/python benchmarks/sim_speed.py --quick    # fewer repeats
+    .venv/bin/python benchmarks/sim_speed.py --rate 2   # Poisson arrivals, 2 requests per step
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from paged_lab.sched import ContiguousAllocator, paged, simulate, workloads
 SIZES = (100, 1_000, 10_000)
 
 
-def measure(n: int, repeats: int, make_allocator) -> tuple[float, float, int, int]:
-    wl = workloads.uniform(n, prompt_len=(16, 64), output_len=(8, 64), seed=0)
+def measure(n: int, repeats: int, make_allocator, rate: float | None = None) -> tuple[float, float, int, int]:
+    wl = workloads.uniform(n, prompt_len=(16, 64), output_len=(8, 64), requests_per_step=rate, seed=0)
     walls, cpus = [], []
     for _ in range(repeats):
         alloc = make_allocator()
@@ -41,6 +42,7 @@ def measure(n: int, repeats: int, make_allocator) -> tuple[float, float, int, in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests per step (default: all at step 0)")
     args = ap.parse_args()
     variants = {
         "paged (BlockManager, no event log)": lambda: paged(2048, 16),
@@ -53,7 +55,7 @@ def main() -> None:
         prev = None
         for n in SIZES:
             repeats = (3 if args.quick else 7) if n < 10_000 else (1 if args.quick else 3)
-            wall, cpu, tokens, steps = measure(n, repeats, make)
+            wall, cpu, tokens, steps = measure(n, repeats, make, args.rate)
             growth = f"{cpu / prev:5.1f}x" if prev else "      -"
             print(f"{n:>9,} {tokens:>9,} {steps:>6} {1e3 * wall:>9.1f} {1e3 * cpu:>9.1f} "
                   f"{1e6 * cpu / tokens:>9.2f} {growth:>7}")

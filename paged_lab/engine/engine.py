@@ -31,11 +31,14 @@ from paged_lab import kernels
 from paged_lab._checks import check_int
 from paged_lab.engine.kv_cache import KVCache, resolve_num_blocks
 from paged_lab.engine.llama import AttentionMetadata, PagedLlama, paged_attention
-from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
+from paged_lab.engine.params import CompletionOutput, RequestMetrics, RequestOutput, SamplingParams
 from paged_lab.engine.sampling import make_generator, sample
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
+from paged_lab.sched.latency import latency_summary, token_gaps
+
+PARALLEL_SAMPLING = ("fork", "prefix")  # V0 (the paper) / V1
 
 
 class _Request:
@@ -47,6 +50,7 @@ class _Request:
         self.seqs: list[Sequence] = []
         self.pending_forks = params.n - 1  # children forked after the parent's prefill
         self.num_cached_tokens: int | None = None  # the BlockManager's prefix-cache hit, at the first prefill
+        self.arrival_time = time.perf_counter()  # when it joined the scheduler (seconds)
 
 
 @dataclass
@@ -78,6 +82,13 @@ class LLM:
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
+    parallel_sampling: how ``SamplingParams(n > 1)`` shares the prompt. "fork" (the paper, vLLM V0): once
+        the prompt is prefilled, n - 1 children fork the parent's block table (refcounts) and draw their
+        first token from its logits; the first write into a shared, partly filled block is a
+        copy-on-write. "prefix" (vLLM V1): n - 1 independent requests with the same prompt, which find its
+        full blocks in the prefix cache (``enable_prefix_caching``) and compute the rest themselves; no
+        copy-on-write. They are added once the parent's prompt is computed, so every cached block they
+        find holds KV. Both give the same tokens (completion i samples with seed + i).
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
@@ -95,9 +106,13 @@ class LLM:
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
+                 parallel_sampling: str = "fork",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         _check_engine_args(attention_backend, preemption, block_size, compile_sizes)
+        if parallel_sampling not in PARALLEL_SAMPLING:
+            raise ValueError(f"parallel_sampling must be one of {PARALLEL_SAMPLING}, got {parallel_sampling!r}")
+        self.parallel_sampling = parallel_sampling
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
         self.device = next(hf_model.parameters()).device
@@ -128,6 +143,7 @@ class LLM:
         if not enforce_eager:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
+        self._step_times: list[tuple[float, float]] = []  # step -> (start, end), time.perf_counter
         self._peak_usage = 0.0
 
     # ------------------------------------------------------------------------------------ validation
@@ -187,11 +203,15 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ generate
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[RequestOutput]:
+                 use_tqdm: bool = True, arrival_steps=None) -> list[RequestOutput]:
         """Run every prompt to completion; one RequestOutput per prompt, in order.
 
         prompts: a string, ``{"prompt_token_ids": [...]}``, or a list of them.
         sampling_params: one SamplingParams for all prompts, or a list with one per prompt.
+        arrival_steps: None (every request arrives now) or one integer >= 0 per prompt: prompt i joins
+            the scheduler when ``arrival_steps[i]`` engine steps of this call have run (0: at once), as
+            requests reach a server over time (``workloads.poisson_arrivals`` makes seeded ones). Each
+            output's ``metrics`` records its arrival, first scheduled step, first token and finish.
 
         Every request is validated before any work starts: an empty prompt, a prompt as long as the
         model context or longer than the whole KV pool, a prompt + max_tokens that can never fit in the
@@ -199,15 +219,21 @@ class LLM:
         n < 1) raises ValueError naming the prompt index and the field, and nothing runs.
         """
         prepared = self._prepare(prompts, sampling_params)
-        requests = [self._add_request(text, ids, sp) for text, ids, sp in prepared]
+        arrivals = _check_arrival_steps(arrival_steps, len(prepared))
+        order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
+        requests: list[_Request | None] = [None] * len(prepared)
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(requests), desc="generate", unit="req", disable=not use_tqdm)
-        done = 0
+        start, done, nxt = self.scheduler.step_count, 0, 0
         with bar:
-            while self.scheduler.has_unfinished():
-                self.step()
-                now = sum(self._request_finished(r) for r in requests)
+            while nxt < len(order) or self.scheduler.has_unfinished():
+                while nxt < len(order) and arrivals[order[nxt]] <= self.scheduler.step_count - start:
+                    i = order[nxt]
+                    requests[i] = self._add_request(*prepared[i])  # its arrival has come
+                    nxt += 1
+                self.step()  # (an idle step when nobody has arrived yet)
+                now = sum(self._request_finished(r) for r in requests if r is not None)
                 if now != done:
                     bar.update(now - done)
                     done = now
@@ -233,7 +259,7 @@ class LLM:
     def step(self) -> list[Sequence]:
         """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished."""
         t0 = time.perf_counter()
-        out = self.scheduler.schedule()
+        out = self.scheduler.schedule()  # out.step == len(self._step_times)
         self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
         batch = self.prepare_batch(out) if out.scheduled else None
         logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
@@ -344,11 +370,30 @@ class LLM:
             req = self._requests[parent.seq_id]
             if not req.pending_forks or parent.num_output_tokens != 1:
                 continue
+            if self.parallel_sampling == "prefix":
+                self._add_siblings(req, parent)
+                continue
             while req.pending_forks:
                 child, token = self._new_child(req, parent, logits[row : row + 1])
                 if self._place_child(parent, child, token, self._stop_reason(req, child, token)):
                     finished.append(child)
         return finished
+
+    def _add_siblings(self, req: _Request, parent: Sequence) -> None:
+        """V1's parallel sampling: the n - 1 other completions join the queue as requests of their own with
+        the same prompt; the prefix cache hands them the parent's full prompt blocks."""
+        sp = req.params
+        while req.pending_forks:
+            i = len(req.seqs)
+            child = Sequence(f"{req.request_id}.{i}", req.prompt_token_ids, max_tokens=parent.max_tokens,
+                             eos_token_id=parent.eos_token_id, ignore_eos=parent.ignore_eos,
+                             arrival_step=parent.arrival_step)
+            req.seqs.append(child)
+            req.pending_forks -= 1
+            self._requests[child.seq_id] = req
+            self._generators[child.seq_id] = None if sp.greedy else make_generator(
+                None if sp.seed is None else sp.seed + i, self.device)
+            self.scheduler.add_request(child)
 
     def _new_child(self, req: _Request, parent: Sequence, logits_row: torch.Tensor) -> tuple[Sequence, int]:
         """Child i of ``req`` and its first token, drawn from the parent's first logits row ``[1, vocab]``."""
@@ -376,8 +421,10 @@ class LLM:
                 self.scheduler.finish(child, stop)
             return stop is not None
         child.token_ids.append(token)
+        child.output_steps = list(parent.output_steps[:1])  # its first token came with the parent's
+        child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
         if stop:  # the parent already finished (and freed its blocks): the child needs none
-            child.status, child.finish_reason = SequenceStatus.FINISHED, stop
+            child.status, child.finish_reason, child.finish_step = SequenceStatus.FINISHED, stop, parent.first_token_step
             return True
         self.scheduler.add_request(child)  # the parent stopped at its first token: prefill the child anew
         return False
@@ -413,6 +460,8 @@ class LLM:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _record(self, out, num_tokens: int, t0: float) -> None:
+        t1 = time.perf_counter()
+        self._step_times.append((t0, t1))
         usage = self.block_manager.usage
         self._peak_usage = max(self._peak_usage, usage)
         self.timeline.append({
@@ -422,10 +471,11 @@ class LLM:
             "num_prefill": sum(1 for s in out.scheduled if s.is_prefill),
             "num_decode": sum(1 for s in out.scheduled if not s.is_prefill),
             "num_batched_tokens": num_tokens,
+            "num_context_tokens": sum(e.end for e in out.scheduled),  # K/V read by attention this step
             "num_preempted": len(out.preempted),
             "kv_usage": usage,
             "num_free_blocks": self.block_manager.num_free_blocks,
-            "seconds": time.perf_counter() - t0,
+            "seconds": t1 - t0,
         })
 
     # ------------------------------------------------------------------------------------ outputs
@@ -438,7 +488,42 @@ class LLM:
             if cut is not None:  # the stop string is not part of the returned text
                 text, reason = cut, "stop"
             outs.append(CompletionOutput(i, text, ids, reason))
-        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, req.num_cached_tokens or 0)
+        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs, req.num_cached_tokens or 0,
+                             self._metrics(req))
+
+    def _end_time(self, step: int | None) -> float | None:
+        return None if step is None else self._step_times[step][1]
+
+    def _metrics(self, req: _Request) -> RequestMetrics:
+        """vLLM's RequestMetrics of ``req``: its steps from the scheduler, their times from the timeline."""
+        seqs = req.seqs
+        first_sched = seqs[0].first_scheduled_step
+        first_token = min((s.first_token_step for s in seqs if s.first_token_step is not None), default=None)
+        done = all(s.finish_step is not None for s in seqs)
+        finished = max(s.finish_step for s in seqs) if done else None
+        last = max((s.output_steps[-1] for s in seqs if s.output_steps), default=None)
+        sched_time = None if first_sched is None else self._step_times[first_sched][0]
+        return RequestMetrics(
+            arrival_time=req.arrival_time, last_token_time=self._end_time(last),
+            first_scheduled_time=sched_time, first_token_time=self._end_time(first_token),
+            time_in_queue=None if sched_time is None else sched_time - req.arrival_time,
+            finished_time=self._end_time(finished), arrival_step=seqs[0].arrival_step,
+            first_scheduled_step=first_sched, first_token_step=first_token, finished_step=finished)
+
+    def latency(self) -> dict[str, float]:
+        """TTFT, ITL and end-to-end latency of every finished request so far, p50 / p90 / p99, in
+        seconds (``ttft_s_p90`` ...) and in steps (``ttft_steps_p90`` ...). ITL counts every gap between
+        consecutive tokens of one completion."""
+        reqs = list({id(r): r for r in self._requests.values() if self._request_finished(r)}.values())
+        metrics = [self._metrics(r) for r in reqs]
+        seqs = [s for r in reqs for s in r.seqs]
+        out = latency_summary([m.ttft for m in metrics],
+                              token_gaps([self._end_time(t) for t in s.output_steps] for s in seqs),
+                              [m.e2e_latency for m in metrics], "s")
+        out.update(latency_summary([m.first_token_step - m.arrival_step + 1 for m in metrics],
+                                   token_gaps(s.output_steps for s in seqs),
+                                   [m.finished_step - m.arrival_step + 1 for m in metrics], "steps"))
+        return out
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
@@ -448,7 +533,8 @@ class LLM:
 
     def stats(self) -> dict:
         """KV usage, prefix-cache queries/hits (tokens), preemptions, steps, the attention backends that
-        ran (calls per backend; failures "auto" fell back from) and the event log."""
+        ran (calls per backend; failures "auto" fell back from), latency percentiles (``latency()``:
+        ``ttft_s_p90``, ``itl_steps_p50``, ...) and the event log."""
         bm = self.block_manager
         ks = self.kernel_stats
         return {
@@ -469,6 +555,7 @@ class LLM:
             "num_preemptions": self.scheduler.num_preemptions,
             "num_steps": self.scheduler.step_count,
             "num_cow": bm.stats.num_cow,
+            **self.latency(),
             "events": list(bm.events),
             "timeline": list(self.timeline),
         }
@@ -484,6 +571,16 @@ def _check_engine_args(attention_backend, preemption, block_size, compile_sizes)
     if compile_sizes is not None and (
             not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
         raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
+
+
+def _check_arrival_steps(arrival_steps, n: int) -> list[int]:
+    """One arrival step >= 0 per prompt (all 0 when None), or a ValueError naming the entry."""
+    if arrival_steps is None:
+        return [0] * n
+    steps = list(arrival_steps)
+    if len(steps) != n:
+        raise ValueError(f"arrival_steps has {len(steps)} entries but there are {n} prompts")
+    return [check_int(f"arrival_steps[{i}]", a, minimum=0) for i, a in enumerate(steps)]
 
 
 def _load(model, tokenizer, dtype, device) -> tuple[Any, Any, str]:

@@ -69,6 +69,38 @@ class CompletionOutput:
 
 
 @dataclass
+class RequestMetrics:
+    """When things happened to one request: vLLM's ``RequestMetrics`` fields, in seconds on
+    ``time.perf_counter``'s clock, and the same moments in engine steps (to compare with
+    ``simulate()``, which counts only steps). A step's time is when its forward ended.
+
+    TTFT = first_token_time - arrival_time; end-to-end = finished_time - arrival_time. With n > 1
+    the first token is the earliest of the completions and finished the latest.
+    """
+
+    arrival_time: float
+    last_token_time: float | None
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    time_in_queue: float | None  # first_scheduled_time - arrival_time
+    finished_time: float | None
+    arrival_step: int = 0
+    first_scheduled_step: int | None = None
+    first_token_step: int | None = None
+    finished_step: int | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token, in seconds."""
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def e2e_latency(self) -> float | None:
+        """Arrival to the last token, in seconds."""
+        return None if self.finished_time is None else self.finished_time - self.arrival_time
+
+
+@dataclass
 class RequestOutput:
     """The prompt and its ``n`` completions."""
 
@@ -77,6 +109,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput] = field(default_factory=list)
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    metrics: RequestMetrics | None = None  # arrival, first scheduled, first token, finished
 
     @property
     def finished(self) -> bool:

@@ -63,6 +63,7 @@ class FastScheduler(Scheduler):
                 continue
             ids = seq.token_ids
             ids.append(token)
+            seq.output_steps.append(step)
             if seq.first_token_step is None:
                 seq.first_token_step = step
             if not seq.ignore_eos and token == seq.eos_token_id:

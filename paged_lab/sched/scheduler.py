@@ -72,6 +72,7 @@ class Scheduler:
         self.swapped: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
+        self.num_blocks_swapped = 0  # blocks copied GPU -> CPU and back (swap preemption's cost)
         self._live_ids: set = set()
         self._last_out: SchedulerOutput | None = None
 
@@ -191,7 +192,9 @@ class Scheduler:
             self.swapped.popleft()
             table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
             on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
-            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
+            copies = self.swap_space.swap_in(seq.seq_id, table, on_gpu)
+            out.swap_in.extend(copies)
+            self.num_blocks_swapped += len(copies)
             seq.status = RUNNING
             self.running.append(seq)
             self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
@@ -211,6 +214,7 @@ class Scheduler:
         self.allocator.free(seq.seq_id)
         if copies is not None:  # its KV waits in the CPU pool
             out.swap_out.extend(copies)
+            self.num_blocks_swapped += len(copies)
             seq.status = SWAPPED
             self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
         else:  # recompute: its KV is dropped, and computed again once it is readmitted
@@ -248,6 +252,7 @@ class Scheduler:
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
         seq.append_token(token)
+        seq.output_steps.append(step)
         if seq.first_token_step is None:
             seq.first_token_step = step
         if not seq.ignore_eos and token == seq.eos_token_id:
@@ -294,6 +299,7 @@ class Scheduler:
             child.token_ids[-1] = last_token_id
         child.num_computed_tokens, child.prefill_end = parent.num_computed_tokens, parent.prefill_end
         child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
+        child.output_steps = list(parent.output_steps)
         child.status = RUNNING
         self._live_ids.add(child.seq_id)
         self.running.append(child)

@@ -52,6 +52,7 @@ class Sequence:
         self.first_scheduled_step: int | None = None
         self.first_token_step: int | None = None
         self.finish_step: int | None = None
+        self.output_steps: list[int] = []  # the step that sampled each output token (ITL = its gaps)
         self.num_preemptions = 0
 
     def append_token(self, token_id: int) -> None:
@@ -87,8 +88,14 @@ class Sequence:
 
     @property
     def latency_steps(self) -> int | None:
-        """Steps from arrival to the step that produced the last token, both included."""
+        """End-to-end latency: steps from arrival to the step that produced the last token, both included."""
         return None if self.finish_step is None else self.finish_step - self.arrival_step + 1
+
+    @property
+    def ttft_steps(self) -> int | None:
+        """Time to first token: steps from arrival to the step that sampled the first token, both
+        included (admitted and prefilled in its arrival step -> 1)."""
+        return None if self.first_token_step is None else self.first_token_step - self.arrival_step + 1
 
     def __len__(self) -> int:
         return len(self.token_ids)

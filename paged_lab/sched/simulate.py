@@ -18,6 +18,7 @@ import numpy as np
 from paged_lab.memory import BlockManager
 from paged_lab.sched.contiguous import ContiguousAllocator
 from paged_lab.sched.fastpath import FastScheduler
+from paged_lab.sched.latency import latency_summary, token_gaps
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
 from paged_lab.sched.workloads import Request, Workload
@@ -131,6 +132,11 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     ``schedule()``); the ``finished`` and token columns count what the step did. Requests that
     can never fit go to ``rejected``. ``record_slots`` keeps a slot map per step (small pools).
     Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
+
+    Requests join the queue at their ``arrival_step`` (see ``workloads.poisson_arrivals`` and
+    friends). The summary reports latency in steps, p50 / p90 / p99: ``ttft_steps_p90`` (arrival ->
+    first token), ``itl_steps_p90`` (gaps between a request's tokens), ``e2e_steps_p90`` (arrival ->
+    last token); ``paged_lab.sched.latency`` defines them.
     """
     reqs = list(workload)
     sched = _make_scheduler(allocator, scheduler)
@@ -160,7 +166,10 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
                       out.num_decode_tokens, len(finished)))
     cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS, zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
     rows = _request_rows(done, rejected)
-    return SimResult(cols, rows, _summary(cols, rows, sched), windows.spans, rejected, slot_maps, total_slots)
+    summary = _summary(cols, rows, sched)
+    summary.update(latency_summary([s.ttft_steps for s in done], token_gaps(s.output_steps for s in done),
+                                   [s.latency_steps for s in done], "steps"))
+    return SimResult(cols, rows, summary, windows.spans, rejected, slot_maps, total_slots)
 
 
 def _sequences(reqs: list[Request]) -> list[tuple[int, Sequence]]:
@@ -200,9 +209,10 @@ def _request_rows(done: list[Sequence], rejected: list[tuple[str, str]]) -> list
     rows = [{"name": seq.name, "seq_id": seq.seq_id, "status": "finished",
              "arrival_step": seq.arrival_step, "first_scheduled_step": seq.first_scheduled_step,
              "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
-             "latency_steps": seq.latency_steps, "prompt_tokens": seq.num_prompt_tokens,
+             "latency_steps": seq.latency_steps, "ttft_steps": seq.ttft_steps, "prompt_tokens": seq.num_prompt_tokens,
              "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
-             "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason}
+             "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason,
+             "output_steps": seq.output_steps}  # the step of each output token (shared, not copied)
             for seq in sorted(done, key=lambda s: s.seq_id)]
     return rows + [{"name": name, "status": "rejected", "error": msg} for name, msg in rejected]
 
@@ -257,6 +267,8 @@ def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
         "mean_latency": float(lat.mean()) if len(lat) else 0.0,
         "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
         "num_preemptions": sched.num_preemptions,
+        "blocks_swapped": sched.num_blocks_swapped,  # out + in
+        "prefill_tokens": sum(cols["prefill_tokens"]),  # prompt tokens computed (cache hits skipped)
         "peak_running": max(cols["running"], default=0),
         # Over the whole run: slots holding tokens / slots reserved (time-weighted).
         "utilization": used / reserved if reserved else 0.0,

@@ -87,6 +87,34 @@ def _arrivals(rng, n: int, requests_per_step: float | None) -> list[int]:
     return np.floor(np.cumsum(rng.exponential(1.0 / requests_per_step, n))).astype(int).tolist()
 
 
+def poisson_arrivals(num_requests: int, rate: float, seed: int = 0) -> list[int]:
+    """Arrival steps of a Poisson process: ``rate`` requests per step on average (gaps drawn from an
+    exponential distribution, seeded). Non-decreasing; several requests may share a step."""
+    n = check_int("num_requests", num_requests, minimum=0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise ValueError(f"rate must be a number > 0 (requests per step), got {rate!r}")
+    return _arrivals(np.random.default_rng(seed), n, float(rate))
+
+
+def burst_arrivals(num_requests: int, burst_size: int, every: int) -> list[int]:
+    """Bursts: ``burst_size`` requests arrive together every ``every`` steps (at 0, every, 2*every, ...)."""
+    n = check_int("num_requests", num_requests, minimum=0)
+    size, period = check_int("burst_size", burst_size, minimum=1), check_int("every", every, minimum=1)
+    return [(i // size) * period for i in range(n)]
+
+
+def with_arrivals(workload: Workload, arrival_steps, name: str | None = None) -> Workload:
+    """The same requests, arriving at ``arrival_steps`` (one per request: a replayed trace, or
+    :func:`poisson_arrivals` / :func:`burst_arrivals`)."""
+    steps = list(arrival_steps)
+    if len(steps) != len(workload):
+        raise ValueError(f"arrival_steps has {len(steps)} entries but the workload has {len(workload)} requests")
+    for i, a in enumerate(steps):
+        check_int(f"arrival_steps[{i}]", a, minimum=0)
+    reqs = tuple(Request(r.name, r.prompt_token_ids, r.max_tokens, int(a)) for r, a in zip(workload, steps))
+    return Workload(name or workload.name, reqs, f"{workload.description}; arrivals {steps[:3]}...".strip("; "))
+
+
 def _build(name: str, prompt_lens, output_lens, arrivals, description: str, prefixes=None) -> Workload:
     reqs, next_id = [], 1
     for i, (p, o, a) in enumerate(zip(prompt_lens, output_lens, arrivals)):

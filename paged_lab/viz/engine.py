@@ -98,3 +98,21 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
                                                                  for n in names]))
     fig.update_layout(title=title, yaxis_title="tokens / s", yaxis_range=[0, max(values) * 1.25], height=360)
     return fig
+
+
+def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predicted (roofline) against measured"
+                  ) -> go.Figure:
+    """One marker per (batch size, context length) row of ``engine.step_model.measure_decode_steps``,
+    predicted on x and measured on y, in ms; the diagonal is a perfect prediction."""
+    xs = [1e3 * r["predicted_s"] for r in rows]
+    ys = [1e3 * r["measured_s"] for r in rows]
+    top = max(xs + ys) * 1.1
+    fig = go.Figure(go.Scatter(x=[0, top], y=[0, top], mode="lines", line=dict(color="#999", dash="dash"),
+                               name="measured = predicted"))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", name="decode steps", marker=dict(size=10),
+                             text=[f"{r['batch_size']} seq × {r['context_len']}" for r in rows],
+                             textposition="top center"))
+    fig.update_xaxes(title_text="predicted (ms): max(bytes / bandwidth, FLOPs / matmul rate)", range=[0, top])
+    fig.update_yaxes(title_text="measured (ms), the engine's timeline", range=[0, top])
+    fig.update_layout(title=title, height=460)
+    return fig

@@ -1,0 +1,88 @@
+"""Pure figures for time (notebook 05, section 5): the throughput-latency curve and its playground.
+
+``fig_throughput_latency`` draws points from ``paged_lab.sched.sweep``; ``latency_playground`` runs
+the sweep for the numbers the sliders pick (cached per point), then draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from paged_lab.sched.sweep import DESIGNS, LABELS, RATES, CurvePoint, latency_sweep, saturation
+
+COLORS = {"static": "#ff7f0e", "contiguous": "#9467bd", "paged": "#1f77b4"}
+
+
+def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float | None = None,
+                           title: str = "Throughput against latency, one point per arrival rate") -> go.Figure:
+    """Two panels sharing the x axis (output tokens per step): p90 TTFT (log scale) and p99 ITL, in
+    steps. One line per design, one marker per arrival rate; ``highlight_rate``'s points are ringed."""
+    fig = make_subplots(1, 2, horizontal_spacing=0.1,
+                        subplot_titles=("p90 time to first token (steps, log)", "p99 inter-token latency (steps)"))
+    for design in DESIGNS:
+        pts = sorted((p for p in points if p.design == design), key=lambda p: p.rate)
+        if not pts:
+            continue
+        x = [p.tokens_per_step for p in pts]
+        text = [f"rate {p.rate:g}/step · {p.tokens_per_step:.2f} tok/step · peak running {p.peak_running}"
+                for p in pts]
+        for col, y in ((1, [p.ttft_p90 for p in pts]), (2, [p.itl_p99 for p in pts])):
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=LABELS[design], text=text,
+                                     hovertemplate="%{text}<br>%{y:.1f} steps<extra></extra>",
+                                     line=dict(color=COLORS[design]), legendgroup=design,
+                                     showlegend=col == 1), row=1, col=col)
+        hot = [p for p in pts if highlight_rate is not None and abs(p.rate - highlight_rate) < 1e-9]
+        for col, y in ((1, [p.ttft_p90 for p in hot]), (2, [p.itl_p99 for p in hot])):
+            fig.add_trace(go.Scatter(x=[p.tokens_per_step for p in hot], y=y, mode="markers", showlegend=False,
+                                     marker=dict(size=16, color="rgba(0,0,0,0)",
+                                                 line=dict(color=COLORS[design], width=2)),
+                                     legendgroup=design, hoverinfo="skip"), row=1, col=col)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_xaxes(title_text="throughput (output tokens per step)")
+    fig.update_layout(title=title, height=430, legend=dict(orientation="h", y=-0.25), margin=dict(t=80, b=40))
+    return fig
+
+
+def latency_playground(rate: float = 0.3, block_size: int = 16, num_requests: int = 150,
+                       rates: Sequence[float] = RATES, **kw) -> go.Figure:
+    """The sweep at ``rates`` plus the slider's ``rate`` (ringed), for one block size and workload size."""
+    points = latency_sweep(tuple(rates) + (rate,), block_size=block_size, num_requests=num_requests, **kw)
+    sat = saturation(points)
+    return fig_throughput_latency(
+        points, highlight_rate=rate,
+        title=(f"{num_requests} requests, blocks of {block_size}; saturation (tokens/step): "
+               + ", ".join(f"{d} {sat[d]:.1f}" for d in DESIGNS)))
+
+
+def latency_readout(fig: go.Figure, rate: float, block_size: int, num_requests: int) -> str:
+    """One line under the sliders: the ringed points' numbers (changes with every slider)."""
+    points = latency_sweep((rate,), block_size=block_size, num_requests=num_requests)
+    return f"{rate:g} requests/step · {num_requests} requests · blocks of {block_size} · " + " · ".join(
+        f"{p.design}: {p.tokens_per_step:.2f} tok/step, p90 TTFT {p.ttft_p90:.0f} steps" for p in points)
+
+
+def fig_chunked_prefill(runs, step_time=None, chat: str = "chat0",
+                        title: str = "A long prompt arrives: one big step, or chunks under a token budget") -> go.Figure:
+    """Per budget (``sched.timing.chunked_prefill_runs``): tokens computed per step (top) and the
+    gap before each of ``chat``'s tokens in modelled milliseconds (bottom), against the step."""
+    from paged_lab.sched.timing import StepTime, step_end_times
+
+    step_time = StepTime() if step_time is None else step_time
+    fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("tokens computed per step", f"{chat}: time since its previous token (ms)"))
+    for (budget, r), color in zip(runs.items(), ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")):
+        name = "no budget" if budget is None else f"max_num_batched_tokens={budget}"
+        t = r.timeline
+        fig.add_trace(go.Scatter(x=t["step"], y=[a + b for a, b in zip(t["prefill_tokens"], t["decode_tokens"])],
+                                 name=name, line=dict(color=color, shape="hv"), legendgroup=name), row=1, col=1)
+        end = step_end_times(r, step_time)
+        steps = next(q["output_steps"] for q in r.requests if q["name"] == chat)
+        fig.add_trace(go.Scatter(x=steps[1:], y=[1e3 * (end[b] - end[a]) for a, b in zip(steps, steps[1:])],
+                                 mode="lines+markers", line=dict(color=color), showlegend=False, legendgroup=name),
+                      row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(title=title, height=520, margin=dict(t=90, b=40))
+    return fig
