@@ -109,18 +109,14 @@ class LLM:
                  parallel_sampling: str = "fork",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
-        _check_engine_args(attention_backend, preemption, block_size, compile_sizes)
-        if parallel_sampling not in PARALLEL_SAMPLING:
-            raise ValueError(f"parallel_sampling must be one of {PARALLEL_SAMPLING}, got {parallel_sampling!r}")
+        _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
         self.parallel_sampling = parallel_sampling
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
         self.device = next(hf_model.parameters()).device
         self.dtype = canonical_dtype(dtype)
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
-        if not enforce_eager and (self.device.type != "cpu" or self.dtype != "float32"):
-            raise ValueError(f"enforce_eager=False compiles decode steps for CPU float32 only; this model is "
-                             f"{self.dtype} on {self.device} (use enforce_eager=True)")
+        _check_compilable(enforce_eager, self.device, self.dtype)
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
         self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
         self.block_size = block_size
@@ -561,7 +557,9 @@ class LLM:
         }
 
 
-def _check_engine_args(attention_backend, preemption, block_size, compile_sizes) -> None:
+def _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling) -> None:
+    if parallel_sampling not in PARALLEL_SAMPLING:
+        raise ValueError(f"parallel_sampling must be one of {PARALLEL_SAMPLING}, got {parallel_sampling!r}")
     if attention_backend not in kernels.BACKENDS:
         raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
     if preemption != "recompute":
@@ -581,6 +579,12 @@ def _check_arrival_steps(arrival_steps, n: int) -> list[int]:
     if len(steps) != n:
         raise ValueError(f"arrival_steps has {len(steps)} entries but there are {n} prompts")
     return [check_int(f"arrival_steps[{i}]", a, minimum=0) for i, a in enumerate(steps)]
+
+
+def _check_compilable(enforce_eager: bool, device: torch.device, dtype: str) -> None:
+    if not enforce_eager and (device.type != "cpu" or dtype != "float32"):
+        raise ValueError(f"enforce_eager=False compiles decode steps for CPU float32 only; this model is "
+                         f"{dtype} on {device} (use enforce_eager=True)")
 
 
 def _load(model, tokenizer, dtype, device) -> tuple[Any, Any, str]:

@@ -61,15 +61,11 @@ class FastScheduler(Scheduler):
         for (seq, _, _, _, _), token in zip(sampling, sampled):
             if seq.status is not RUNNING:
                 continue
-            ids = seq.token_ids
-            ids.append(token)
-            seq.output_steps.append(step)
-            if seq.first_token_step is None:
-                seq.first_token_step = step
+            seq.append_token(token, step)
             if not seq.ignore_eos and token == seq.eos_token_id:
                 self._finish(seq, "stop", step)
                 finished.append(seq)
-            elif len(ids) - seq.num_prompt_tokens >= seq.max_tokens:
+            elif len(seq.token_ids) - seq.num_prompt_tokens >= seq.max_tokens:
                 self._finish(seq, "length", step)
                 finished.append(seq)
         if finished:

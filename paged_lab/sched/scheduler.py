@@ -72,7 +72,6 @@ class Scheduler:
         self.swapped: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
-        self.num_blocks_swapped = 0  # blocks copied GPU -> CPU and back (swap preemption's cost)
         self._live_ids: set = set()
         self._last_out: SchedulerOutput | None = None
 
@@ -192,9 +191,7 @@ class Scheduler:
             self.swapped.popleft()
             table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
             on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
-            copies = self.swap_space.swap_in(seq.seq_id, table, on_gpu)
-            out.swap_in.extend(copies)
-            self.num_blocks_swapped += len(copies)
+            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
             seq.status = RUNNING
             self.running.append(seq)
             self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
@@ -214,7 +211,6 @@ class Scheduler:
         self.allocator.free(seq.seq_id)
         if copies is not None:  # its KV waits in the CPU pool
             out.swap_out.extend(copies)
-            self.num_blocks_swapped += len(copies)
             seq.status = SWAPPED
             self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
         else:  # recompute: its KV is dropped, and computed again once it is readmitted
@@ -251,10 +247,7 @@ class Scheduler:
 
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
-        seq.append_token(token)
-        seq.output_steps.append(step)
-        if seq.first_token_step is None:
-            seq.first_token_step = step
+        seq.append_token(token, step)
         if not seq.ignore_eos and token == seq.eos_token_id:
             self._finish(seq, "stop", step)
         elif seq.num_output_tokens >= seq.max_tokens:

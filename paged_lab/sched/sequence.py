@@ -55,9 +55,13 @@ class Sequence:
         self.output_steps: list[int] = []  # the step that sampled each output token (ITL = its gaps)
         self.num_preemptions = 0
 
-    def append_token(self, token_id: int) -> None:
-        """Record a sampled token (its KV is computed by the next step)."""
+    def append_token(self, token_id: int, step: int | None = None) -> None:
+        """Record a token sampled at scheduler ``step`` (its KV is computed by the next step)."""
         self.token_ids.append(token_id)
+        if step is not None:
+            self.output_steps.append(step)
+            if self.first_token_step is None:
+                self.first_token_step = step
 
     # -- views ---------------------------------------------------------------------------------
     @property

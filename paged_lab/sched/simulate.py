@@ -133,10 +133,8 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     can never fit go to ``rejected``. ``record_slots`` keeps a slot map per step (small pools).
     Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
 
-    Requests join the queue at their ``arrival_step`` (see ``workloads.poisson_arrivals`` and
-    friends). The summary reports latency in steps, p50 / p90 / p99: ``ttft_steps_p90`` (arrival ->
-    first token), ``itl_steps_p90`` (gaps between a request's tokens), ``e2e_steps_p90`` (arrival ->
-    last token); ``paged_lab.sched.latency`` defines them.
+    Requests join the queue at their ``arrival_step``; the summary's latency (``ttft_steps_p90``, ``itl_...``,
+    ``e2e_...``; p50/p90/p99, in steps) is defined in ``paged_lab.sched.latency``.
     """
     reqs = list(workload)
     sched = _make_scheduler(allocator, scheduler)
@@ -150,8 +148,7 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     while arrivals or sched.has_unfinished():
         step = len(steps)  # one timeline row per step, idle steps included
         _check_within(max_steps, step, sched)
-        while arrivals and arrivals[0][0] <= step:
-            _add_request(sched, arrivals.popleft()[1], rejected)
+        _admit_arrivals(sched, arrivals, step, rejected)
         out = sched.schedule()
         windows.seat(out, step)
         # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``).
@@ -164,6 +161,11 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
         done.extend(finished)
         steps.append((step, *forward_state, len(out.preempted), out.num_prefill_tokens,
                       out.num_decode_tokens, len(finished)))
+    return _result(steps, done, rejected, sched, windows, slot_maps, total_slots)
+
+
+def _result(steps, done, rejected, sched, windows, slot_maps, total_slots) -> SimResult:
+    """The timeline columns, one row per request, and the summary (latency in steps included)."""
     cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS, zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
     rows = _request_rows(done, rejected)
     summary = _summary(cols, rows, sched)
@@ -191,11 +193,14 @@ def _check_within(max_steps: int, step: int, sched: Scheduler) -> None:
                            f"({sched.num_unfinished} requests unfinished)")
 
 
-def _add_request(sched: Scheduler, seq: Sequence, rejected: list[tuple[str, str]]) -> None:
-    try:
-        sched.add_request(seq)
-    except RequestTooLargeError as e:  # it could never fit: reported, the others go on
-        rejected.append((seq.name, str(e)))
+def _admit_arrivals(sched: Scheduler, arrivals: deque, step: int, rejected: list[tuple[str, str]]) -> None:
+    """Queue every request whose arrival step has come."""
+    while arrivals and arrivals[0][0] <= step:
+        seq = arrivals.popleft()[1]
+        try:
+            sched.add_request(seq)
+        except RequestTooLargeError as e:  # it could never fit: reported, the others go on
+            rejected.append((seq.name, str(e)))
 
 
 def _forward_state(sched: Scheduler, total_slots: int) -> tuple:
@@ -267,7 +272,7 @@ def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
         "mean_latency": float(lat.mean()) if len(lat) else 0.0,
         "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
         "num_preemptions": sched.num_preemptions,
-        "blocks_swapped": sched.num_blocks_swapped,  # out + in
+        "blocks_swapped": sched.swap_space.num_blocks_moved,  # out + in
         "prefill_tokens": sum(cols["prefill_tokens"]),  # prompt tokens computed (cache hits skipped)
         "peak_running": max(cols["running"], default=0),
         # Over the whole run: slots holding tokens / slots reserved (time-weighted).

@@ -14,6 +14,7 @@ class CpuSwapSpace:
         self.num_blocks = num_blocks
         self.free = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
         self.tables: dict[Hashable, list[int]] = {}  # seq_id -> CPU blocks holding its KV
+        self.num_blocks_moved = 0  # blocks copied GPU -> CPU and back: swap preemption's cost
 
     @property
     def num_free_blocks(self) -> int:
@@ -25,6 +26,7 @@ class CpuSwapSpace:
         if len(gpu_table) > len(self.free):
             return None
         cpu_table = self.tables[seq_id] = [self.free.pop() for _ in gpu_table]
+        self.num_blocks_moved += len(gpu_table)
         return list(zip(gpu_table, cpu_table))
 
     def swap_in(self, seq_id, gpu_table: list[int], num_on_gpu: int) -> list[tuple[int, int]]:
@@ -32,7 +34,9 @@ class CpuSwapSpace:
         ``num_on_gpu`` blocks (prefix-cache hits are already there); its CPU blocks are freed."""
         cpu_table = self.tables[seq_id]
         self.release(seq_id)
-        return list(zip(cpu_table[num_on_gpu:], gpu_table[num_on_gpu:]))
+        copies = list(zip(cpu_table[num_on_gpu:], gpu_table[num_on_gpu:]))
+        self.num_blocks_moved += len(copies)
+        return copies
 
     def release(self, seq_id) -> None:
         """Free ``seq_id``'s CPU blocks, if it has any."""
