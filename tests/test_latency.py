@@ -3,30 +3,11 @@ and the engine (seconds and steps), including preempted and prefix-cached reques
 
 import numpy as np
 import pytest
+from test_engine_phases import _tiny_llama, _Tok  # the same 2-layer random Llama and id tokenizer
 
 from paged_lab.engine import LLM, SamplingParams
 from paged_lab.sched import paged, simulate, workloads
 from paged_lab.sched.latency import latency_summary, percentiles, token_gaps
-
-
-def _tiny_llama():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
-                      max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
-
-
-class _Tok:
-    """Just enough tokenizer for token-id prompts."""
-
-    eos_token_id = None
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
 
 
 # ------------------------------------------------------------------------------------ latency math

@@ -2,6 +2,7 @@
 prompt through the prefix cache (vLLM V1). Same tokens; different block bookkeeping."""
 
 import pytest
+from test_engine_phases import _tiny_llama, _Tok  # the same 2-layer random Llama and id tokenizer
 
 from paged_lab.engine import LLM, SamplingParams
 
@@ -10,21 +11,7 @@ PROMPT = {"prompt_token_ids": [3, 14, 15, 92, 65, 35, 89, 79, 32, 38]}  # 10 tok
 
 @pytest.fixture(scope="module")
 def tiny():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
-                      max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
-
-
-class _Tok:
-    eos_token_id = None
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
+    return _tiny_llama()
 
 
 def _run(model, mode, sp):
