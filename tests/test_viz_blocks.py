@@ -63,12 +63,17 @@ def test_event_step_replays_the_log():
     first = V.fig_event_step(bm.events, 8, 4, 0)
     assert "empty pool" in first.layout.title.text and table_labels(first) == ()
     last = V.fig_event_step(bm.events, 8, 4, n)
-    assert f"step {n}/{n}" in last.layout.title.text and "token #9 into block 3" in last.layout.title.text
+    assert f"after event {n - 1} (of 0–{n - 1})" in last.layout.title.text  # the printed log's 0-based number
+    assert "token #9 into block 3" in last.layout.title.text and bm.events[-1].index == n - 1
     assert table_labels(last) == ("<b>A</b>: [7, 1, 3]",)
     red = [sh for sh in last.layout.shapes if getattr(sh.line, "color", None) == "red"]
     assert len(red) == 1  # the block the last event touched
     with pytest.raises(ValueError, match="step"):
         V.fig_event_step(bm.events, 8, 4, n + 1)
+    slider = V.event_slider(bm.events, after=n - 1)
+    assert slider.value == n and slider.label == str(n - 1) and slider.options[0] == ("start", 0)
+    with pytest.raises(ValueError, match="after"):
+        V.event_slider(bm.events, after=n)
     # colours stay put across steps: A has the same colour at every step
     assert V.seq_order(bm.events)[-1] == "A"
 
@@ -131,3 +136,22 @@ def test_scenarios_are_replayable():
         bm.check_invariants()
     with pytest.raises(ValueError, match="k >= 1"):
         shared_prefix(0, 4, 4, 4)
+
+
+def test_prefix_sharing_readout_says_what_was_saved_and_why():
+    text = V.prefix_sharing_readout(None, k=8, system_len=48, block_size=16)
+    assert text.startswith("32 → <b>11 blocks</b>") and "3 full block(s) are stored once instead of 8 times (21 saved)" in text
+    assert "not shared" not in text  # 48 = 3 x 16: nothing left over
+    odd = V.prefix_sharing_readout(None, k=8, system_len=50, block_size=16)
+    assert "its last 2 token(s)" in odd
+
+
+def test_block_table_readout_counts_the_empty_slots_of_the_figure():
+    from paged_lab.memory.scenarios import random_requests
+
+    bm, _ = random_requests(6, 4, num_blocks=32, seed=0)
+    empty = bm.num_used_blocks * 4 - sum(bm.num_tokens(s) for s in bm.seq_ids)
+    text = V.block_table_readout(None, block_size=4, num_requests=6, seed=0)
+    assert f"<b>{empty} empty slots</b>" in text and f"at most {len(bm.seq_ids) * 3})" in text
+    assert empty <= len(bm.seq_ids) * 3
+    assert "turned away" in V.block_table_readout(None, block_size=16, num_requests=30, seed=0, num_blocks=4)

@@ -158,15 +158,32 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
 def fig_event_step(events: Sequence[Event], num_blocks: int, block_size: int, step: int,
                    cols: int = 8) -> go.Figure:
-    """The pool after the first ``step`` events (0: empty), titled with what event ``step`` did.
-    A slider over ``step`` replays a whole run."""
+    """The pool after the first ``step`` events (0: empty), titled with the last event applied.
+
+    Events are numbered from 0, as ``Event.index`` and the printed log number them: ``step = k + 1``
+    shows the pool right after event ``k``. ``event_slider(events)`` labels a slider that way."""
     if not 0 <= step <= len(events):
         raise ValueError(f"step must be in [0, {len(events)}], got {step}")
     state = replay(events, num_blocks, upto=step)
     ev = events[step - 1] if step else None
-    title = f"step {step}/{len(events)}: " + (ev.describe() if ev else "the empty pool")
+    last = len(events) - 1
+    title = (f"after event {ev.index} (of 0–{last}): {ev.describe()}" if ev
+             else f"before event 0 (of 0–{last}): the empty pool")
     return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
                             highlight=ev.block_ids if ev else ())
+
+
+def event_slider(events: Sequence[Event], after: int | None = None):
+    """A slider over a run's log, labelled with the event numbers the printed log shows (0-based);
+    its value is the ``step`` of ``fig_event_step`` (events applied). ``after``: the event shown first."""
+    import ipywidgets as W
+
+    options = [("start", 0)] + [(str(e.index), i + 1) for i, e in enumerate(events)]
+    value = 0 if after is None else after + 1
+    if not 0 <= value <= len(events):
+        raise ValueError(f"after must be an event number in [0, {len(events) - 1}], got {after}")
+    return W.SelectionSlider(options=options, value=value, description="after event",
+                             style={"description_width": "initial"}, layout=W.Layout(width="95%"))
 
 
 def fig_refcounts(state: PoolState | BlockManager, title: str = "Refcount of every physical block"
@@ -220,6 +237,20 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
     return fig
 
 
+def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len: int = 48, block_size: int = 16,
+                           user_len: int = 12) -> str:
+    """One line under the prefix-sharing sliders: what sharing saved, and why not more."""
+    s = prefix_sharing_summary(k, system_len, user_len, block_size)
+    full = system_len // block_size  # only full blocks have a hash, so only they are shared
+    saved = s["blocks_without_sharing"] - s["blocks_with_sharing"]
+    line = (f"{s['blocks_without_sharing']} → <b>{s['blocks_with_sharing']} blocks</b>: the system prompt's "
+            f"{full} full block(s) are stored once instead of {k} times ({saved} saved)")
+    rest = system_len % block_size
+    if rest:
+        line += f"; its last {rest} token(s) share a block with each request's own text, so they are not shared"
+    return line if k > 1 else line + "; one request has nobody to share with"
+
+
 def fig_sharing_vs_block_size(system_len: int = 50, block_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
                               k: int = 8, user_len: int = 12) -> go.Figure:
     """Why bigger blocks share less: only *full* blocks of the shared prefix can be cached, so up to
@@ -269,3 +300,18 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
     return fig_block_tables(bm, block_size, title=title, cols=8)
+
+
+def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6, seed: int = 0,
+                        num_blocks: int = 32) -> str:
+    """One line under the block-table sliders: where the empty slots are, and why."""
+    bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
+    running = bm.seq_ids
+    tokens = sum(bm.num_tokens(s) for s in running)
+    empty = bm.num_used_blocks * block_size - tokens
+    line = (f"{len(running)} running request(s) hold {tokens} tokens in {bm.num_used_blocks} of {num_blocks} blocks: "
+            f"<b>{empty} empty slots</b>, all in last blocks (at most {block_size - 1} per request, so at most "
+            f"{len(running) * (block_size - 1)})")
+    if turned_away:
+        line += f"; {turned_away} turned away: the pool of {num_blocks} × {block_size} slots was full"
+    return line
