@@ -23,6 +23,7 @@ from paged_lab.memory.scenarios import prefix_sharing_summary, random_requests
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
            "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE, CACHED, SHARED_EDGE = "#f2f2f2", "#c7c7c7", "#222222"
+SHARED_FILL = "#525252"  # a block several tables list has its own look, not its first owner's colour
 GAP = 0.25  # space between boxes, in box widths
 
 
@@ -50,9 +51,11 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
     ``order`` fixes the colour of each sequence (default: the order of ``state.tables``).
     ``highlight`` outlines physical blocks in red (e.g. the blocks the last event touched).
-    In the pool, a white box is free, a grey box is free but still holds cached content, and a
-    box with a thick black edge is shared by more than one table (its refcount is written in it).
-    Arrows from each table to its blocks are drawn for up to ``max_arrows_seqs`` sequences.
+    In the pool, a white box is free, a light grey box is free but still holds cached content, and a
+    dark grey box with a thick black edge is shared by more than one table (its refcount is written
+    in it). A label sits in white on a filled box and in black on an empty one. Arrows from each table
+    to its blocks (for up to ``max_arrows_seqs`` sequences) run left of the pool and then along the
+    gap under the target's row, so they never cross another block.
     """
     state = _as_state(state)
     if block_size < 1:
@@ -71,7 +74,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     pool_rows = -(-state.num_blocks // cols)
     fig = go.Figure()
     shapes, arrows = [], []
-    labels: dict[str, list[list]] = {g: [[], [], [], []] for g in ("pool", "logical", "tables")}  # x, y, text, hover
+    labels: dict[str, list[list]] = {g: [[], [], [], [], []] for g in ("pool", "logical", "tables")}  # x, y, text, hover, colour
 
     def box(x, y, frac, fillcolor, edge="#999999", width=1):
         shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(color=edge, width=width),
@@ -80,8 +83,9 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             shapes.append(dict(type="rect", x0=x, x1=x + frac, y0=y, y1=y + 1, line=dict(width=0),
                                fillcolor=fillcolor, layer="below"))
 
-    def label(group, x, y, t, h):
-        for column, value in zip(labels[group], (x, y, t, h)):
+    def label(group, x, y, t, h, frac=0.0):
+        ink = "white" if frac >= 0.5 else "#222222"  # the label's centre sits on the fill when frac >= 0.5
+        for column, value in zip(labels[group], (x, y, t, h, ink)):
             column.append(value)
 
     # physical pool: block b at column b % cols, row b // cols (row 0 at the top). The grid sits
@@ -99,12 +103,13 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         if rc:
             first = owners[b][0]
             shared = rc > 1
-            box(x, y, fill[b] / block_size, color.get(first, PALETTE[-1]),
+            frac = fill[b] / block_size
+            box(x, y, frac, SHARED_FILL if shared else color.get(first, PALETTE[-1]),
                 edge="red" if b in highlight else (SHARED_EDGE if shared else "#999999"),
                 width=3 if shared or b in highlight else 1)
             label("pool", x + 0.5, y + 0.5, f"<b>{b}</b>" + (f"<br>x{rc}" if shared else ""),
                   f"block {b}: {fill[b]}/{block_size} slots, refcount {rc}, held by "
-                  + ", ".join(map(str, owners[b])))
+                  + ", ".join(map(str, owners[b])), frac)
         else:
             cached = b in state.cached
             box(x, y, 1.0 if cached else 0.0, CACHED, edge="red" if b in highlight else "#bbbbbb",
@@ -121,23 +126,35 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             x = j * step
             k = max(0, min(block_size, n - j * block_size))
             box(x, y, k / block_size, color[sid])
-            label("logical", x + 0.5, y + 0.5, f"L{j}", f"{sid}: logical block {j} -> physical {b} ({k}/{block_size} tokens)")
+            label("logical", x + 0.5, y + 0.5, f"L{j}", f"{sid}: logical block {j} -> physical {b} ({k}/{block_size} tokens)",
+                  k / block_size)
         text = f"<b>{sid}</b>: {table}"
         label("tables", x_table, y + 0.5, text, f"{sid}: {n} tokens, block table {table}")
         tail = x_table + 0.16 * (len(str(sid)) + len(str(table)) + 2)  # about where the text ends
+        lane = 0.15 + 0.3 * (row % 4) / 3  # each sequence its own lane in the gap, below the target row
         for b in table if len(seqs) <= max_arrows_seqs else ():
             px, py = pool_xy(b)
-            arrows.append(dict(x=px + 0.5, y=py, ax=tail, ay=y + 0.5, xref="x", yref="y", axref="x",
+            gy = py - (row_step - 1) * lane
+            shapes.append(dict(type="path", path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
+                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above"))
+            arrows.append(dict(x=px + 0.5, y=py, ax=px + 0.5, ay=gy, xref="x", yref="y", axref="x",
                                ayref="y", showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.2,
-                               arrowcolor=color[sid], opacity=0.5, text=""))
+                               arrowcolor=color[sid], opacity=0.8, text=""))
 
-    for group, (xs, ys, ts, hs) in labels.items():
+    for group, (xs, ys, ts, hs, inks) in labels.items():
         fig.add_trace(go.Scatter(x=xs, y=ys, text=ts, hovertext=hs, mode="text", hoverinfo="text",
                                  textposition="middle right" if group == "tables" else "middle center",
-                                 textfont=dict(size=11), showlegend=False, name=group))
-    for sid in seqs:  # legend entries only
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=str(sid),
-                                 marker=dict(symbol="square", size=12, color=color[sid])))
+                                 textfont=dict(size=12, color="#222222" if group == "tables" else inks),
+                                 showlegend=False, name=group))
+    kinds = [(str(sid), color[sid], "#999999") for sid in seqs]  # legend entries only
+    if any(r > 1 for r in state.refcounts):
+        kinds.append(("shared (x refcount)", SHARED_FILL, SHARED_EDGE))
+    if state.cached and any(not state.refcounts[b] for b in state.cached):
+        kinds.append(("free, content still cached", CACHED, "#bbbbbb"))
+    kinds.append(("free", "white", "#bbbbbb"))
+    for name, fillcolor, edge in kinds:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=12, color=fillcolor, line=dict(color=edge, width=1))))
     heads = [dict(x=max_logical * step / 2, y=1.6, text="logical blocks", showarrow=False),
              dict(x=x_table + 1.2, y=1.6, text="block table", showarrow=False),
              dict(x=x_pool + cols * step / 2, y=2.8, text=f"physical pool ({state.num_blocks} blocks)",
