@@ -10,6 +10,8 @@
 - The widget state is kept (stored in the page like nbconvert's ``store_widget_state``); online, the
   playgrounds render from it. Each playground also gets a static picture of its figure at the default
   settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
+- Cells collapsed in JupyterLab (``jupyter.source_hidden``: the setup cell, the check cells) show no
+  code on the page either, only their output.
 - A quiz (``paged_lab.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
 - Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
 """
@@ -154,6 +156,8 @@ def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        if cell.metadata.get("jupyter", {}).get("source_hidden"):  # collapsed in JupyterLab (setup, checks):
+            cell.metadata.setdefault("transient", {})["remove_source"] = True  # nbconvert leaves its code out too
         outputs = []
         for out in cell.outputs:
             data = out.get("data", {})

@@ -30,7 +30,9 @@ def executed_page_with_two_playgrounds() -> nbformat.NotebookNode:
     fig = go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure")
     cell = nbformat.v4.new_code_cell("fig")
     cell.outputs = [nbformat.v4.new_output("display_data", data={site.PLOTLY: json.loads(fig.to_json())})]
-    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), cell]
+    setup = nbformat.v4.new_code_cell("print('setup done')  # SETUP-CODE", metadata={"jupyter": {"source_hidden": True}})
+    setup.outputs = [nbformat.v4.new_output("stream", name="stdout", text="setup done\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), setup, cell]
     state = {"a": _saved_figure_widget("one"), "b": _saved_figure_widget("two")}
     nb.metadata["widgets"] = {site.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
     return nb
@@ -68,3 +70,9 @@ def test_cdn_page_loads_plotlyjs_once_and_embeds_none(nb):
 def test_unknown_plotlyjs_mode_is_refused():
     with pytest.raises(ValueError, match="plotlyjs must be one of"):
         site.plotly_js("inline")
+
+
+def test_collapsed_cells_show_only_their_output(nb):
+    page = site.to_html(nb, [])
+    assert "SETUP-CODE" not in page and "setup done" in page
+    assert nb.cells[1].metadata.get("transient") is None  # the notebook itself is not changed
