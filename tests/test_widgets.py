@@ -122,3 +122,31 @@ def test_bad_arguments_raise_naming_them():
         interactive(lambda n, scale: None, controls())
     with pytest.raises(TypeError, match="scale"):  # the first draw raises in the cell, not silently
         interactive(lambda n: bars(n), controls())
+
+
+def test_long_titles_wrap_at_word_boundaries_and_get_room():
+    long = "after step 3: 3 sequences hold 10 of 48 blocks | ran 1 prefill + 2 decode, 13 tokens, 3 waiting"
+    wrapped = widgets.wrap_title(long, max_chars=40)
+    lines = wrapped.split("<br>")
+    assert len(lines) == 3 and all(len(line) <= 40 for line in lines)
+    assert " ".join(lines) == long  # nothing lost, only line breaks added
+    assert widgets.wrap_title("first<br>second", 40) == "first<br>second"  # existing breaks stay
+    fig = go.Figure(layout=dict(title=long, width=700, margin=dict(t=40)))
+    widgets.fit_to_output(fig, max_chars=40)
+    assert fig.layout.width is None and fig.layout.autosize is True  # sized by the output area
+    assert fig.layout.title.text == wrapped and fig.layout.margin.t >= 3 * widgets.TITLE_LINE_PX
+    with pytest.raises(ValueError, match="max_chars"):
+        widgets.wrap_title(long, max_chars=3)
+
+
+def test_interactive_figures_fill_the_width_with_whole_titles():
+    def wide(n: int) -> go.Figure:
+        return go.Figure(go.Bar(y=[n]), layout=dict(title="word " * 40, width=500, margin=dict(t=30)))
+
+    for fallback in (False, True):
+        box = interactive(wide, {"n": W.IntSlider(value=1)}, use_figure_widget=not fallback)
+        assert box.layout.width == "100%"
+        fig = box.refresh()
+        assert fig.layout.width is None and "<br>" in fig.layout.title.text
+        if not fallback:
+            assert box.figure.layout.width is None and box.figure.layout.title.text == fig.layout.title.text

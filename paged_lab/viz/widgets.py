@@ -13,12 +13,17 @@ from __future__ import annotations
 import html
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import plotly.graph_objects as go
 
 READOUT_CLASS = "paged-lab-readout"
+# A 17 px title line holds about 90 characters in a 900 px figure: Colab's output area is that
+# narrow, JupyterLab's at a 1280 px window is wider. Longer titles are wrapped, not clipped.
+TITLE_CHARS = 90
+TITLE_LINE_PX = 24  # one title line, with its leading
 
 
 def in_colab() -> bool:
@@ -44,6 +49,35 @@ def figure_bundle(fig: go.Figure) -> dict[str, Any]:
         },
         "metadata": {},
     }
+
+
+def wrap_title(text: str, max_chars: int = TITLE_CHARS) -> str:
+    """``text`` with a ``<br>`` at a word boundary wherever a line would pass ``max_chars``.
+
+    Existing ``<br>`` breaks are kept; a single word longer than ``max_chars`` stays whole."""
+    if max_chars < 10:
+        raise ValueError(f"max_chars must be >= 10 (a title line of a few words), got {max_chars}")
+    lines = []
+    for part in text.split("<br>"):
+        lines.extend(textwrap.wrap(part, max_chars, break_long_words=False, break_on_hyphens=False) or [""])
+    return "<br>".join(lines)
+
+
+def fit_to_output(fig: go.Figure, max_chars: int = TITLE_CHARS) -> go.Figure:
+    """Make ``fig`` take the output's full width and keep its title whole (changes ``fig``, returns it).
+
+    A fixed ``layout.width`` is dropped (the figure then sizes itself to its output area); a long
+    title is wrapped (``wrap_title``) and the top margin grows to hold every line above the plot."""
+    fig.layout.width = None
+    fig.layout.autosize = True
+    text = fig.layout.title.text
+    if text:
+        wrapped = wrap_title(text, max_chars)
+        fig.layout.title.text = wrapped
+        need = 36 + TITLE_LINE_PX * (wrapped.count("<br>") + 1)
+        if fig.layout.margin.t is not None and fig.layout.margin.t < need:
+            fig.layout.margin.t = need
+    return fig
 
 
 def _check_args(make_figure, controls, readout, fixed) -> None:
@@ -73,6 +107,7 @@ def interactive(
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
     the class ``paged-lab-readout``). On Colab, or with ``use_figure_widget=False``, the figure is
     re-drawn as a plain figure inside an ``Output`` widget, since FigureWidget is unreliable there.
+    Every figure goes through ``fit_to_output``: full output width, titles wrapped rather than clipped.
     The returned box has ``.figure`` (the FigureWidget, or None in the fallback), ``.view`` (the
     widget that shows the figure: the FigureWidget or the Output), ``.readout`` and ``.refresh()``,
     which re-draws from the controls' current values and returns the Figure.
@@ -91,12 +126,13 @@ def interactive(
         fig = make_figure(**_values(controls), **fixed)
         if not isinstance(fig, go.Figure):
             raise TypeError(f"make_figure must return a plotly Figure, got {type(fig).__name__}")
-        return fig
+        return fit_to_output(fig)
 
     first = draw()
     readout_w = W.HTML()
     readout_w.add_class(READOUT_CLASS)
-    view = go.FigureWidget(first) if use_figure_widget else W.Output()
+    full_width = W.Layout(width="100%")
+    view = go.FigureWidget(first) if use_figure_widget else W.Output(layout=full_width)
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
@@ -125,7 +161,9 @@ def interactive(
     for w in controls.values():
         w.observe(refresh, names="value")
     show(first, redraw=not use_figure_widget)
-    box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view])
+    # The box spans the output area, so the figure inside it sizes itself to the full width.
+    box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view],
+                 layout=full_width)
     box.figure = view if use_figure_widget else None
     box.view, box.readout, box.refresh = view, readout_w, refresh
     return box
