@@ -119,9 +119,12 @@ def tradeoff_playground(block_size: int, mean_context: int, num_seqs: int, seed:
 
 
 def tradeoff_readout(fig=None, *, block_size: int, mean_context: int, num_seqs: int, seed: int = 0) -> str:
+    """What the chosen block size costs for this workload, and why."""
     c = block_size_cost(sample_context_lens(num_seqs, mean_context, seed), block_size)
-    return (f"block size {block_size}: {c.lookups_per_seq:.1f} table entries per sequence, "
-            f"{c.wasted_slots:,} of {c.slots:,} slots empty ({100 * c.waste_frac:.1f}%)")
+    return (f"blocks of {block_size}: {c.lookups_per_seq:.1f} table entries per sequence (about {mean_context} "
+            f"tokens ÷ {block_size} per block); {c.wasted_slots:,} of {c.slots:,} slots empty "
+            f"({100 * c.waste_frac:.1f}%), because each sequence's last block is on average half empty "
+            f"(≈ {block_size / 2:g} slots of {block_size}).")
 
 
 def fig_kernel_bench(rows: Sequence[Mapping], metric: str = "pct_peak") -> go.Figure:
