@@ -57,3 +57,10 @@ def test_playground_follows_its_sliders():
     b = latency_playground(rate=0.4, block_size=64, num_requests=60, rates=(0.1, 1.0))
     assert a.layout.title.text != b.layout.title.text
     assert latency_readout(a, 0.4, 16, 60) != latency_readout(a, 0.7, 16, 60)
+
+
+def test_latency_readout_says_why_paged_answers_first():
+    busy = latency_readout(None, 0.4, 16, 60)
+    assert "Paged memory answers first" in busy and "capped the batch at" in busy
+    light = latency_readout(None, 0.05, 16, 60)
+    assert "memory is not the limit" in light
