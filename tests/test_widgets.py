@@ -24,7 +24,8 @@ def controls():
 
 def test_figure_widget_follows_the_controls():
     ctl = controls()
-    box = interactive(bars, ctl, readout=lambda fig, **v: f"{len(fig.data)} traces at x{v['scale']}")
+    box = interactive(bars, ctl, readout=lambda fig, **v: f"{len(fig.data)} traces at x{v['scale']}",
+                      use_figure_widget=True)
     assert isinstance(box.figure, go.FigureWidget) and box.view is box.figure
     assert [list(t.y) for t in box.figure.data] == [[0, 1], [1, 2]]
     assert box.readout.value == "2 traces at x1.0"
@@ -51,7 +52,7 @@ def test_box_shows_controls_readout_and_figure():
 
 
 def test_fixed_arguments_reach_the_figure_function():
-    box = interactive(bars, controls(), fixed={"title": "KV"})
+    box = interactive(bars, controls(), fixed={"title": "KV"}, use_figure_widget=True)
     assert box.figure.layout.title.text == "KV n=2"
     assert box.refresh().layout.title.text == "KV n=2"
 
@@ -74,13 +75,17 @@ def test_output_fallback_redraws_a_plain_figure():
     assert len(box.view.outputs) == 1 and box.readout.value == "n=3"
 
 
-def test_colab_picks_the_fallback_by_itself(monkeypatch):
+def test_the_plain_figure_is_the_default_everywhere(monkeypatch):
+    """A FigureWidget (plotly 6+, an anywidget) is drawn at 700 px and never resizes, so by default the
+    figure is a plain one in an Output, which JupyterLab sizes to the output's width (and Colab can show)."""
     monkeypatch.setitem(sys.modules, "google.colab", object())
     assert widgets.in_colab()
     box = interactive(bars, controls())
     assert box.figure is None and isinstance(box.view, W.Output)
     monkeypatch.delitem(sys.modules, "google.colab")
-    assert isinstance(interactive(bars, controls()).figure, go.FigureWidget)
+    box = interactive(bars, controls())
+    assert box.figure is None and isinstance(box.view, W.Output) and box.view.layout.width == "100%"
+    assert isinstance(interactive(bars, controls(), use_figure_widget=True).figure, go.FigureWidget)
 
 
 def test_figure_bundle_renders_everywhere():
@@ -99,7 +104,7 @@ def test_a_failing_redraw_keeps_the_figure_and_says_why():
         return bars(n, scale)
 
     ctl = controls()
-    box = interactive(picky, ctl, readout=lambda fig, **v: "ok")
+    box = interactive(picky, ctl, readout=lambda fig, **v: "ok", use_figure_widget=True)
     ctl["n"].value = 5
     assert len(box.figure.data) == 2  # the last good figure stays
     assert "n must be &lt;= 3, got 5" in box.readout.value

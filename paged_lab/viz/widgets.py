@@ -105,8 +105,10 @@ def interactive(
     """Wire ipywidgets ``controls`` to ``make_figure(**values, **fixed)`` and return a displayable box.
 
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
-    the class ``paged-lab-readout``). On Colab, or with ``use_figure_widget=False``, the figure is
-    re-drawn as a plain figure inside an ``Output`` widget, since FigureWidget is unreliable there.
+    the class ``paged-lab-readout``). By default (and on Colab, where FigureWidget is
+    unreliable) the figure is re-drawn as a plain figure inside an ``Output`` widget: the front end's
+    plotly renderer sizes it to the output's full width. ``use_figure_widget=True`` keeps a plotly
+    FigureWidget instead, which plotly 6+ (an anywidget) draws at a fixed 700 px and never resizes.
     Every figure goes through ``fit_to_output``: full output width, titles wrapped rather than clipped.
     The returned box has ``.figure`` (the FigureWidget, or None in the fallback), ``.view`` (the
     widget that shows the figure: the FigureWidget or the Output), ``.readout`` and ``.refresh()``,
@@ -119,8 +121,8 @@ def interactive(
 
     fixed = dict(fixed or {})
     _check_args(make_figure, controls, readout, fixed)
-    if use_figure_widget is None:
-        use_figure_widget = not in_colab()
+    if use_figure_widget is None:  # the plain figure everywhere: full width in JupyterLab, works on Colab
+        use_figure_widget = False
 
     def draw() -> go.Figure:
         fig = make_figure(**_values(controls), **fixed)
