@@ -88,3 +88,8 @@ def test_step_readout_says_what_changed_hands(log):
 def test_pool_figure_has_a_legend_entry_for_the_red_outline(log):
     fig = fig_engine_pool(log.events, 8, 2, step=1)
     assert any(t.name == "touched in step 1" and t.marker.color == "red" for t in fig.data)
+
+
+def test_throughput_bars_take_human_labels_and_keep_paged_lab_blue():
+    fig = fig_throughput({"paged_lab (continuous batching)": 35.0, "transformers (static batching)": 10.0})
+    assert list(fig.data[0].marker.color) == ["#1f77b4", "#7f7f7f"]

@@ -124,7 +124,7 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
     names = list(tokens_per_s)
     values = [tokens_per_s[n] for n in names]
     fig = go.Figure(go.Bar(x=names, y=values, text=[f"{v:.1f} tok/s ({v / slowest:.1f}x)" for v in values],
-                           textposition="outside", marker_color=["#1f77b4" if n == "paged_lab" else "#7f7f7f"
+                           textposition="outside", marker_color=["#1f77b4" if n.startswith("paged_lab") else "#7f7f7f"
                                                                  for n in names]))
     fig.update_layout(title=title, yaxis_title="tokens / s", yaxis_range=[0, max(values) * 1.25], height=360)
     return fig
