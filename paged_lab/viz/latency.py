@@ -40,9 +40,10 @@ def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float |
                                      marker=dict(size=16, color="rgba(0,0,0,0)",
                                                  line=dict(color=COLORS[design], width=2)),
                                      legendgroup=design, hoverinfo="skip"), row=1, col=col)
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", dtick=1, minor=dict(ticks="", showgrid=False), row=1, col=1)  # 1, 10, 100: labelled ticks only
     fig.update_xaxes(title_text="throughput (output tokens per step)")
-    fig.update_layout(title=title, height=430, legend=dict(orientation="h", y=-0.25), margin=dict(t=80, b=40))
+    fig.update_layout(title=title, height=430, legend=dict(orientation="h", y=-0.25),
+                      margin=dict(t=80 + 24 * title.count("<br>"), b=40))
     return fig
 
 
@@ -53,7 +54,7 @@ def latency_playground(rate: float = 0.3, block_size: int = 16, num_requests: in
     sat = saturation(points)
     return fig_throughput_latency(
         points, highlight_rate=rate,
-        title=(f"{num_requests} requests, blocks of {block_size}; saturation (tokens/step): "
+        title=(f"{num_requests} requests, blocks of {block_size}<br>saturation (output tokens per step): "
                + ", ".join(f"{d} {sat[d]:.1f}" for d in DESIGNS)))
 
 

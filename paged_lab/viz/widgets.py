@@ -74,7 +74,7 @@ def fit_to_output(fig: go.Figure, max_chars: int = TITLE_CHARS) -> go.Figure:
     if text:
         wrapped = wrap_title(text, max_chars)
         fig.layout.title.text = wrapped
-        need = 36 + TITLE_LINE_PX * (wrapped.count("<br>") + 1)
+        need = 50 + TITLE_LINE_PX * (wrapped.count("<br>") + 1)  # 50: padding and subplot titles
         if fig.layout.margin.t is not None and fig.layout.margin.t < need:
             fig.layout.margin.t = need
     return fig
