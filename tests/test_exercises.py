@@ -204,3 +204,19 @@ def test_stub_keeps_signature_and_docstring():
     assert "return" not in stub and "write g(): " + EXERCISES["slot_for"].hint[:20] in stub
     assert mod.one_level_down("[a](02_x.ipynb) [b](../docs/x.md) [c](https://x.org) [d](#top)") == (
         "[a](../02_x.ipynb) [b](../../docs/x.md) [c](https://x.org) [d](#top)")
+
+
+def test_readme_and_index_say_where_the_exercises_are():
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("sync_badges_for_exercises", ROOT / "scripts" / "sync_badges.py")
+    sync = module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    table = (ROOT / "README.md").read_text().split(sync.TABLE_START)[1].split(sync.TABLE_END)[0]
+    assert "| Do it yourself |" in table.split("\n")[1]
+    for path in SERIES:
+        row = next(line for line in table.split("\n") if f"(notebooks/{path.name})" in line)
+        names = sync.describe(path).exercises
+        assert len(names) >= 2 and row.endswith(" | " + "<br>".join(f"`{n}`" for n in names) + " |")
+    index = nbformat.read(ROOT / "notebooks" / "00_index.ipynb", as_version=4)
+    assert any("`exercises/`" in c.source and "make exercises" in c.source for c in index.cells)
