@@ -9,7 +9,8 @@ STAMP := $(VENV)/.paged-lab-installed
 NBVAL := --nbval-lax --nbval-current-env
 
 .PHONY: lab test test-fast test-browser lint html bench clean-venv exercises
-EXERCISES_OUT ?= notebooks/exercises
+# Where `make exercises` writes; empty: notebooks/exercises/ (and <translation>/exercises/).
+EXERCISES_OUT ?=
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -24,7 +25,7 @@ venv: $(STAMP)
 
 # The learner copies: every notebook's exercise solutions replaced by stubs (not committed).
 exercises: $(STAMP)
-	$(PY) scripts/make_exercises.py --out $(EXERCISES_OUT)
+	$(PY) scripts/make_exercises.py $(if $(EXERCISES_OUT),--out $(EXERCISES_OUT))
 
 # As root (a container, a cloud VM) JupyterLab refuses to start without --allow-root, so it is passed
 # there. Its log prints the URL with its token; where no browser opens by itself, open that URL.

@@ -8,7 +8,8 @@ The committed notebooks carry the solutions of their "Do it yourself" exercises 
 learner copy each function of a solution cell keeps its decorators, signature and docstring; its body
 becomes ``...`` and a ``raise NotImplementedError`` with the exercise's hint. Check cells lose their
 ``assert`` line, so a wrong answer shows the check's feedback instead of a traceback. Outputs are cleared.
-``notebooks/exercises/`` is not committed (.gitignore) and pytest does not collect it (notebooks/conftest.py).
+``notebooks/exercises/`` is not committed (.gitignore) and pytest does not collect it (notebooks/conftest.py);
+a translation folder such as ``notebooks/zh-TW/`` gets its own ``exercises/`` the same way.
 """
 
 from __future__ import annotations
@@ -99,17 +100,33 @@ def has_exercises(nb: nbformat.NotebookNode) -> bool:
     return any(SOLUTION in tags(c) for c in nb.cells)
 
 
+def folders() -> list[Path]:
+    """notebooks/ and every translation beside the series (e.g. notebooks/zh-TW/) that holds notebooks."""
+    subs = [d for d in sorted(NOTEBOOKS.iterdir()) if d.is_dir() and d.name != OUT.name and any(d.glob("[0-9][0-9]_*.ipynb"))]
+    return [NOTEBOOKS, *subs]
+
+
+def write_copies(folder: Path, out: Path) -> list[Path]:
+    written = []
+    for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if has_exercises(nb):
+            out.mkdir(parents=True, exist_ok=True)
+            nbformat.write(learner_copy(nb, path.name), out / path.name)
+            written.append(out / path.name)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help=f"where the copies go (default {OUT.relative_to(ROOT)})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the copies of notebooks/ go (default: notebooks/exercises/, and "
+                             "<translation>/exercises/ for each translation folder)")
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
-        if not has_exercises(nb):
-            continue
-        nbformat.write(learner_copy(nb, path.name), args.out / path.name)
-        print(f"wrote {args.out / path.name}")
+    plan = [(NOTEBOOKS, args.out)] if args.out else [(f, f / OUT.name) for f in folders()]
+    for folder, out in plan:
+        for path in write_copies(folder, out):
+            print(f"wrote {path}")
     return 0
 
 

@@ -192,12 +192,29 @@ def test_copies_are_not_collected_by_pytest(learner_copies):
     assert "notebooks/exercises/" in (ROOT / ".gitignore").read_text().split("\n")
 
 
-def test_stub_keeps_signature_and_docstring():
+def _make_exercises():
     from importlib.util import module_from_spec, spec_from_file_location
 
     spec = spec_from_file_location("make_exercises", ROOT / "scripts" / "make_exercises.py")
     mod = module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_translation_folder_gets_its_own_copies(tmp_path, monkeypatch, capsys):
+    mod = _make_exercises()
+    series = tmp_path / "notebooks"
+    (series / "zh-TW").mkdir(parents=True)
+    for folder in (series, series / "zh-TW"):
+        shutil.copy(SERIES[2], folder / SERIES[2].name)
+    monkeypatch.setattr(mod, "NOTEBOOKS", series)
+    assert mod.main([]) == 0
+    assert (series / "exercises" / SERIES[2].name).exists() and (series / "zh-TW" / "exercises" / SERIES[2].name).exists()
+    assert not (series / "exercises" / "exercises").exists()
+
+
+def test_stub_keeps_signature_and_docstring():
+    mod = _make_exercises()
     src = 'X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    return a + b\n\n\ndef g():\n    return 2'
     stub = mod.stub_source(src, "slot_for")
     assert stub.startswith('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    ...\n    raise NotImplementedError(')
