@@ -22,7 +22,7 @@ import copy
 import hashlib
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -136,6 +136,7 @@ class Entry:
     cpu: str
     gpu: str
     read_min: int = 0  # minutes to read its prose at READING_WPM (playgrounds and code not counted)
+    exercises: list[str] = field(default_factory=list)  # functions its "Do it yourself" checks grade
 
 
 READING_WPM = 200  # words per minute for technical prose
@@ -176,7 +177,9 @@ def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
     said = nb.metadata.get("paged_lab", {})
     cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
     gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
-    return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb))
+    checks = [c.source for c in nb.cells if "check" in c.get("metadata", {}).get("tags", [])]
+    exercises = [m.group(1) for src in checks for m in [re.search(r"\bcheck\((\w+)", src)] if m]
+    return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb), exercises)
 
 
 def badges_for(entry: Entry) -> str:
@@ -186,17 +189,21 @@ def badges_for(entry: Entry) -> str:
     )
 
 
-def series_table(entries: list[Entry], link_prefix: str) -> str:
-    """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page."""
+def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False) -> str:
+    """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page.
+    ``exercises`` adds a column naming the functions each notebook's graded exercises ask for."""
     rows = [
         "| # | Notebook | You will learn | CPU | GPU | Open |",
         "|---|----------|----------------|-----|-----|------|",
     ]
+    if exercises:
+        rows = [rows[0] + " Do it yourself |", rows[1] + "----------------|"]
     for e in entries:
         goals = "<br>".join(f"• {g.replace('|', '/')}" for g in e.goals) or "—"
-        rows.append(
-            f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
-        )
+        row = f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
+        if exercises:
+            row += " " + ("<br>".join(f"`{x}`" for x in e.exercises) or "—") + " |"
+        rows.append(row)
     return "\n".join(rows)
 
 
@@ -205,10 +212,24 @@ def readme_with_table(text: str, entries: list[Entry]) -> str:
         raise ValueError(f"README.md has no {TABLE_START} ... {TABLE_END} block for the series table")
     head, rest = text.split(TABLE_START, 1)
     _, tail = rest.split(TABLE_END, 1)
-    return f"{head}{TABLE_START}\n{series_table(entries, 'notebooks/')}\n{TABLE_END}{tail}"
+    return f"{head}{TABLE_START}\n{series_table(entries, 'notebooks/', exercises=True)}\n{TABLE_END}{tail}"
 
 
 # ---------------------------------------------------------------- the index notebook
+
+EXERCISES_NOTE = (
+    "## The complete series or the exercises?\n\n"
+    "Every notebook from 01 on has a **Do it yourself** section before its summary: graded exercises, each a\n"
+    "function you write and a cell that grades it against the package's own code (the smallest input it gets\n"
+    "wrong, the expected value and yours, and a hint; never the solution unless you ask).\n\n"
+    "- **Reading, or running it for the first time**: open the notebooks in this folder. Their exercises are\n"
+    "  solved, so every cell runs top to bottom and you can read the solutions after trying.\n"
+    "- **Writing the code yourself**: open the same notebook in `exercises/` (`make exercises` writes that\n"
+    "  folder and `make lab` does it for you). There every solution is a stub that raises\n"
+    "  `NotImplementedError`; fill it in and run the check cell under it until it says ✓.\n"
+    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On Colab**, open the complete\n"
+    "  notebook and rewrite a solution cell in place: the check cell under it still grades it."
+)
 
 
 # Suggested paths through the series: (name, notebook numbers, who it is for).
@@ -300,6 +321,7 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         ("index-4", v4.new_code_cell(device)),
         ("index-5", v4.new_markdown_cell(how)),
     ]
+    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))  # added later: its own id, theirs unchanged
     nb.cells = [cell for _, cell in cells]
     for cell_id, cell in cells:
         cell["id"] = cell_id
