@@ -35,9 +35,10 @@ lab: $(STAMP) exercises
 	@echo "The complete series is in notebooks/; the exercises to write yourself are in notebooks/exercises/."
 	$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
+# Two workers (this project's machines have 2 cores); a notebook's cells stay together on one worker.
 test: $(STAMP)
 	$(PY) -m ruff check paged_lab tests benchmarks notebooks scripts
-	$(PY) -m pytest -q tests notebooks --ignore=tests/browser $(NBVAL)
+	$(PY) -m pytest -q -n 2 --dist loadfile tests notebooks --ignore=tests/browser $(NBVAL)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests --ignore=tests/browser -m "not slow"

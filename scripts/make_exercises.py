@@ -4,7 +4,7 @@
     python scripts/make_exercises.py --out DIR
 
 The committed notebooks carry the solutions of their "Do it yourself" exercises in code cells tagged
-``solution``, so CI runs them and the ``check`` cells (tagged ``check``) assert that they pass. In the
+``solution``, so CI runs them and the cells that call ``check`` (tagged ``grade``) assert that they pass. In the
 learner copy each function of a solution cell keeps its decorators, signature and docstring; its body
 becomes ``...`` and a ``raise NotImplementedError`` with the exercise's hint. Check cells lose their
 ``assert`` line, so a wrong answer shows the check's feedback instead of a traceback. Outputs are cleared.
@@ -28,7 +28,7 @@ OUT = NOTEBOOKS / "exercises"
 sys.path.insert(0, str(ROOT))
 from paged_lab.exercises import EXERCISES  # noqa: E402
 
-SOLUTION, CHECK, EXERCISE = "solution", "check", "exercise"
+SOLUTION, CHECK, EXERCISE = "solution", "grade", "exercise"
 LEARNER_NOTE = ("This is the **learner copy**: write each function where you see `...` (delete the "
                 "`raise NotImplementedError` line), run the check cell under it, and repeat until it says ✓. "
                 "The complete notebook, with the solutions, is [`../{name}`](../{name}).")

@@ -177,7 +177,7 @@ def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
     said = nb.metadata.get("paged_lab", {})
     cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
     gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
-    checks = [c.source for c in nb.cells if "check" in c.get("metadata", {}).get("tags", [])]
+    checks = [c.source for c in nb.cells if "grade" in c.get("metadata", {}).get("tags", [])]
     exercises = [m.group(1) for src in checks for m in [re.search(r"\bcheck\((\w+)", src)] if m]
     return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb), exercises)
 

@@ -118,7 +118,7 @@ def test_html_and_text_renderings():
 def test_each_notebook_has_graded_exercises(path):
     nb = nbformat.read(path, as_version=4)
     solutions = [c for c in nb.cells if "solution" in tags(c)]
-    checks = [c for c in nb.cells if "check" in tags(c)]
+    checks = [c for c in nb.cells if "grade" in tags(c)]
     assert len(solutions) >= 2 and len(checks) == len(solutions), path.name
     for c in checks:
         name = re.search(r"\bcheck\((\w+)\)", c.source).group(1)
@@ -163,7 +163,7 @@ def test_no_solution_leaks_into_the_learner_copy(path, learner_copies):
                 assert line not in text, f"{path.name}: the solution line {line!r} is in the learner copy"
     stubs = [c.source for c in copy.cells if "solution" in tags(c)]
     assert all("...\n" in s and "raise NotImplementedError(" in s for s in stubs)
-    assert not any("assert result" in c.source for c in copy.cells if "check" in tags(c))
+    assert not any("assert result" in c.source for c in copy.cells if "grade" in tags(c))
     assert all(c.get("outputs", []) == [] for c in copy.cells)
 
 
@@ -171,16 +171,16 @@ def test_no_solution_leaks_into_the_learner_copy(path, learner_copies):
 def test_every_check_fails_on_the_stub_with_a_helpful_message(path, learner_copies, tmp_path):
     """The learner copy's exercise cells, run as a script: each check reports, nothing crashes."""
     copy = nbformat.read(learner_copies / path.name, as_version=4)
-    cells = [c for c in copy.cells if c.cell_type == "code" and {"exercise", "solution", "check"} & set(tags(c))]
+    cells = [c for c in copy.cells if c.cell_type == "code" and {"exercise", "solution", "grade"} & set(tags(c))]
     parts = ["RESULTS = []"]
     for c in cells:
         parts.append(c.source)
-        if "check" in tags(c):
+        if "grade" in tags(c):
             parts.append("RESULTS.append(result)")
     script = tmp_path / f"{path.stem}_exercises.py"  # a file: @triton.jit reads its kernel's source
     script.write_text("\n\n".join(parts) + "\n")
     results = runpy.run_path(str(script))["RESULTS"]
-    assert len(results) == len([c for c in cells if "check" in tags(c)]) >= 2
+    assert len(results) == len([c for c in cells if "grade" in tags(c)]) >= 2
     for r in results:
         assert not r.passed and r.text.startswith(f"✗ {r.exercise}: not written yet"), r.text
         assert "Hint: " in r.text and "Traceback" not in r.text

@@ -49,7 +49,8 @@ def _tensors_off_device(source: str) -> list[str]:
         if not isinstance(n, ast.Call):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-        if name in CONSTRUCTORS and id(n) not in moved and not any(k.arg == "device" for k in n.keywords):
+        in_kernel = isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "tl"  # tl.arange: device code
+        if name in CONSTRUCTORS and not in_kernel and id(n) not in moved and not any(k.arg == "device" for k in n.keywords):
             bad.append(ast.unparse(n)[:80])
     return bad
 

@@ -98,7 +98,7 @@ def _section(path):
     cells = nbformat.read(path, as_version=4).cells
     imports = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "exercise" in _tags(c))
     solution = next(i for i, c in enumerate(cells) if "solution" in _tags(c))
-    check = next(i for i in range(solution, len(cells)) if "check" in _tags(cells[i]))
+    check = next(i for i in range(solution, len(cells)) if "grade" in _tags(cells[i]))
     return imports, solution, list(range(solution + 1, check)), check, cells[solution].source
 
 
