@@ -18,6 +18,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from paged_lab import i18n
+
 READOUT_CLASS = "paged-lab-readout"
 
 
@@ -96,22 +98,23 @@ def interactive(
     first = draw()
     readout_w = W.HTML()
     readout_w.add_class(READOUT_CLASS)
-    view = go.FigureWidget(first) if use_figure_widget else W.Output()
+    view = go.FigureWidget(i18n.figure(first)) if use_figure_widget else W.Output()
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
+        shown = i18n.figure(fig)  # in the learner's language (paged_lab.i18n); readout and caller get `fig`
         if not redraw:  # the FigureWidget was built from this very figure
             pass
         elif use_figure_widget:
             with view.batch_update():
                 view.data = ()  # replace traces wholesale: their number may change
-                view.add_traces(list(fig.data))
-                view.layout = fig.layout
+                view.add_traces(list(shown.data))
+                view.layout = shown.layout
         else:
             # Set the outputs directly (not `with view:`), so the re-draw needs no kernel context.
-            view.outputs = (figure_bundle(fig),)
+            view.outputs = (figure_bundle(shown),)
         if readout is not None:
-            readout_w.value = readout(fig, **values)
+            readout_w.value = i18n.t(readout(fig, **values))
 
     def refresh(*_):
         try:
@@ -123,6 +126,7 @@ def interactive(
         return fig
 
     for w in controls.values():
+        w.description = i18n.t(w.description)
         w.observe(refresh, names="value")
     show(first, redraw=not use_figure_widget)
     box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view])
