@@ -70,15 +70,21 @@ def catalogue(language: str = "zh-TW") -> dict:
 
 
 @cache
-def _templates(language: str) -> list[tuple[re.Pattern, str]]:
+def _templates(language: str) -> list[tuple[re.Pattern, re.Pattern, str]]:
+    """(shortest parts, longest parts, translation) per template key; the longest fixed text first,
+    so the most specific template wins."""
     out = []
     for key, value in catalogue(language)["strings"].items():
         if "{}" in key:
             parts = [re.escape(p) for p in key.split("{}")]
-            out.append((re.compile("^" + "(.+?)".join(parts) + "$", re.S), value))
-    # the longest fixed text first: the most specific template wins
+            lazy, greedy = ("^" + g.join(parts) + "$" for g in ("(.+?)", "(.+)"))
+            out.append((re.compile(lazy, re.S), re.compile(greedy, re.S), value))
     out.sort(key=lambda kv: -len(kv[0].pattern))
     return out
+
+
+def _balanced(parts: tuple[str, ...]) -> bool:
+    return all(p.count("(") == p.count(")") and p.count("[") == p.count("]") for p in parts)
 
 
 def needs_translation(text: str) -> bool:
@@ -112,8 +118,10 @@ def _lookup(text: str, language: str) -> str | None:
     strings = catalogue(language)["strings"]
     if text in strings:
         return strings[text]
-    for pattern, value in _templates(language):
-        m = pattern.match(text)
+    for lazy, greedy, value in _templates(language):
+        m = lazy.match(text)
+        if m and not _balanced(m.groups()):  # "(10, 6, 12)" is one part: split at a later separator
+            m = greedy.match(text) if _balanced(greedy.match(text).groups()) else m
         if m:
             return value.format(*(t(g, language) for g in m.groups()))
     return None
