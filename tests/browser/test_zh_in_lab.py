@@ -19,7 +19,16 @@ import time
 
 import pytest
 from labkit import budget
-from test_notebooks_in_lab import KERNEL_ID, KERNEL_IDLE, PANEL_READY, REPORT, RUN_ALL, SNAPSHOT, _kernel_pid, _settled
+from test_notebooks_in_lab import (
+    KERNEL_ID,
+    KERNEL_IDLE,
+    PANEL_READY,
+    REPORT,
+    RUN_ALL,
+    SNAPSHOT,
+    _kernel_pid,
+    _settled,
+)
 
 pytestmark = pytest.mark.browser
 
