@@ -8,7 +8,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.paged-lab-installed
 NBVAL := --nbval-lax --nbval-current-env
 
-.PHONY: lab test test-fast test-browser lint html bench clean-venv
+.PHONY: lab test test-fast test-browser lint html bench clean-venv exercises
+# Where `make exercises` writes; empty: notebooks/exercises/ (and <translation>/exercises/).
+EXERCISES_OUT ?=
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -21,10 +23,16 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# The learner copies: every notebook's exercise solutions replaced by stubs (not committed).
+exercises: $(STAMP)
+	$(PY) scripts/make_exercises.py $(if $(EXERCISES_OUT),--out $(EXERCISES_OUT))
+
 # As root (a container, a cloud VM) JupyterLab refuses to start without --allow-root, so it is passed
 # there. Its log prints the URL with its token; where no browser opens by itself, open that URL.
-lab: $(STAMP)
+# It serves the complete series (notebooks/) and the learner copies (notebooks/exercises/).
+lab: $(STAMP) exercises
 	@echo "Starting JupyterLab: open the http://127.0.0.1:...?token=... URL printed below (Ctrl-C stops it)."
+	@echo "The complete series is in notebooks/; the exercises to write yourself are in notebooks/exercises/."
 	$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 test: $(STAMP)

@@ -16,7 +16,8 @@ def check_int(name: str, value, minimum: int | None = None, maximum: int | None 
     >>> check_int("max_num_seqs", 4, minimum=1)
     4
     """
-    is_int = isinstance(value, Integral) and not isinstance(value, bool)
+    # (a plain int first: simulate() checks two per request, and the Integral check is an ABC's)
+    is_int = type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
     if is_int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return int(value)
     limits = [f"{op} {limit}" for op, limit in ((">=", minimum), ("<=", maximum)) if limit is not None]

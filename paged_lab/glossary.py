@@ -13,6 +13,8 @@ row of lockers, and the two pictures agree.)
 A notebook shows the words it uses with one call, ``glossary.table(["slot", "block", ...])``;
 ``docs/glossary.md`` is ``glossary.markdown()`` (``python scripts/build_glossary.py`` writes it, and
 a test fails when it is stale, or when a notebook's summary bolds a term that is not here).
+``metaphor_problems(text)`` keeps the mapping fixed: it names retired story words (``RETIRED``) and a
+locker or page glossed as the wrong serving term; a test runs it over every notebook and the docs.
 ``Term.seed`` says whether the Chinese word is the seeds' own; the others are ours, in their style.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -160,6 +163,36 @@ for _t in TERMS:
         if _key.lower() in _BY_NAME:
             raise RuntimeError(f"glossary: {_key!r} names two terms")  # an editing mistake; caught on import
         _BY_NAME[_key.lower()] = _t
+
+
+# Story words the series no longer uses, each with the word of the one mapping that replaces it.
+RETIRED: dict[str, str] = {
+    "ticket": "Ah-Ye's lookup table (the block table)",
+    "ledger": "Ah-Ye's lookup table (the block table)",
+    "Ah-Ye's notebook": "Ah-Ye's lookup table (the block table)",
+    "her notebook": "her lookup table (the block table)",
+    "A-Page": "Ah-Ye",
+    "cloakroom": "pages moved out and back in (swap)",
+}
+_RETIRED = re.compile(r"\b(" + "|".join(re.escape(w) for w in RETIRED) + r")\b", re.IGNORECASE)
+# A locker is one slot, a page is a block: "lockers (KV blocks)" or "a page (slot)" breaks the mapping.
+_MISMAPPED = (
+    (re.compile(r"(?<!row of )(?<!rows of )\blockers?\s*\((?:KV |physical )?blocks?\b", re.IGNORECASE), "a locker is one slot, not a block"),
+    (re.compile(r"\bpages?\s*\((?:KV )?slots?\b", re.IGNORECASE), "a page is a block (a row of lockers), not a slot"),
+)
+
+
+def metaphor_problems(text: str) -> list[str]:
+    """Where ``text`` breaks the series' one metaphor: a retired story word, or a locker or page glossed
+    as the wrong serving term. Empty when it keeps the mapping."""
+    problems = [f"{m.group(0)!r}: say {RETIRED[_canon(m.group(0))]}" for m in _RETIRED.finditer(text)]
+    for pattern, why in _MISMAPPED:
+        problems += [f"{m.group(0)!r}: {why}" for m in pattern.finditer(text)]
+    return problems
+
+
+def _canon(word: str) -> str:
+    return next(w for w in RETIRED if w.lower() == word.lower())
 
 
 def lookup(name: str) -> Term:

@@ -103,6 +103,8 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
     if language == "en" or not isinstance(text, str) or not text.strip():
         return text
     found = _lookup(text, language)
+    if found is None and "<br>" in text:  # a long title wrapped for display (viz.widgets.wrap_title)
+        found = next(filter(None, (_lookup(v, language) for v in _unwrapped(text))), None)
     if found is None:
         head, core, tail = _TAG.match(text).groups()  # "<b>Title</b>": translate what the tags wrap
         found = _lookup(core, language) if (head or tail) and core else None
@@ -112,6 +114,17 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
             _missing[text] = None
         return text
     return found
+
+
+def _unwrapped(text: str, most: int = 4) -> list[str]:
+    """``text`` with some of its ``<br>`` put back to the spaces a line wrap replaced (up to ``most``)."""
+    parts = text.split("<br>")
+    if len(parts) - 1 > most:
+        return [" ".join(parts)]
+    out = []
+    for mask in range(1, 2 ** (len(parts) - 1)):
+        out.append(parts[0] + "".join((" " if mask >> i & 1 else "<br>") + p for i, p in enumerate(parts[1:])))
+    return out
 
 
 def _lookup(text: str, language: str) -> str | None:

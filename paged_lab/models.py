@@ -181,7 +181,10 @@ def measure_kv_cache(model, input_ids) -> dict:
 
     with torch.inference_mode():
         out = model(input_ids=input_ids, use_cache=True)
-    tensors = kv_cache_tensors(out.past_key_values)
+    # transformers 5 names the returned cache ``cache``; reading the old ``past_key_values`` name logs a
+    # deprecation warning into the learner's notebook, so ask for the new name where it exists.
+    cache = out["cache"] if "cache" in out else out.past_key_values
+    tensors = kv_cache_tensors(cache)
     total = sum(t.numel() * t.element_size() for t in tensors)
     num_tokens = int(input_ids.shape[-1]) * int(input_ids.shape[0])
     return {

@@ -4,10 +4,15 @@
                                                   # and the zh-TW edition -> site/zh-TW/NN_name.html
     python scripts/build_site.py --out site 01    # only notebooks whose name starts with 01
 
-- Plotly figures are drawn by plotly.js embedded once per page, so a page works offline.
+- Plotly figures are drawn by plotly.js loaded once per page: embedded (the default, so a page works
+  offline) or, with ``--plotlyjs cdn``, one ``<script src>`` from plotly's CDN (pages of ~0.3 MB).
+  A saved FigureWidget would carry its own 5 MB bundle (plotly.js inside, once per playground); its
+  state keeps only a small module that draws the saved figure with the page's one plotly.js.
 - The widget state is kept (stored in the page like nbconvert's ``store_widget_state``); online, the
   playgrounds render from it. Each playground also gets a static picture of its figure at the default
   settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
+- Cells collapsed in JupyterLab (``jupyter.source_hidden``: the setup cell, the check cells) show no
+  code on the page either, only their output.
 - A quiz (``paged_lab.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
 - Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
 """
@@ -42,16 +47,57 @@ window.addEventListener("load", () => setTimeout(() => {
 </script>"""
 
 
-def plotly_js() -> str:
-    """plotly.js, inlined once per page; hidden from require.js (which nbconvert loads for widgets)
-    so that it defines the global ``Plotly`` the figure snippets call."""
-    from plotly.offline import get_plotlyjs
+# What a saved plotly FigureWidget runs in a static page instead of its bundle: there is no kernel to
+# answer it, so it only draws the saved figure, with the page's plotly.js (the global ``Plotly``).
+FIGURE_WIDGET_ESM = """export default {
+  render({ model, el }) {
+    const data = model.get("_widget_data") || [], layout = model.get("_widget_layout") || {};
+    window.Plotly.newPlot(el, data, layout, { responsive: true });
+    return () => window.Plotly.purge(el);
+  },
+};"""
+PLOTLYJS_MODES = ("embed", "cdn")
 
+
+def plotly_js(mode: str = "embed") -> str:
+    """plotly.js, once per page: inlined (``embed``) or from plotly's CDN (``cdn``); hidden from
+    require.js (which nbconvert loads for widgets) so that it defines the global ``Plotly``."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    if mode not in PLOTLYJS_MODES:
+        raise ValueError(f"plotlyjs must be one of {PLOTLYJS_MODES}, got {mode!r}")
+    if mode == "cdn":
+        script = f'<script src="https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" charset="utf-8"></script>'
+    else:
+        script = f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"
     return (
         "<script>window.__define = window.define; window.define = undefined;</script>\n"
-        f"<script type=\"text/javascript\">{get_plotlyjs()}</script>\n"
+        f"{script}\n"
         "<script>window.define = window.__define;</script>"
     )
+
+
+PLOTLYJS_MARK = "PlotlyGeoAssets"  # a word plotly.js (and any bundle of it) holds a fixed number of times
+
+
+def plotlyjs_copies(page: str) -> int:
+    """How many copies of plotly.js a page's text holds (inlined or inside a widget bundle)."""
+    from plotly.offline import get_plotlyjs
+
+    per_copy = get_plotlyjs().count(PLOTLYJS_MARK)
+    return -(-page.count(PLOTLYJS_MARK) // per_copy)
+
+
+def slim_widget_state(state: dict) -> int:
+    """Replace every plotly FigureWidget's bundled module in the kept widget ``state`` (in place) by
+    FIGURE_WIDGET_ESM; returns how many were replaced."""
+    slimmed = 0
+    for entry in state.values():
+        esm = entry.get("state", {}).get("_esm")
+        if entry.get("model_name") == "AnyModel" and "_widget_data" in entry["state"] and esm != FIGURE_WIDGET_ESM:
+            entry["state"]["_esm"] = FIGURE_WIDGET_ESM
+            slimmed += 1
+    return slimmed
 
 
 def figure_html(fig: dict) -> str:
@@ -107,9 +153,12 @@ def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Give every plotly output an HTML rendering and every playground a static picture."""
     nb = copy.deepcopy(nb)
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    slim_widget_state(state)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        if cell.metadata.get("jupyter", {}).get("source_hidden"):  # collapsed in JupyterLab (setup, checks):
+            cell.metadata.setdefault("transient", {})["remove_source"] = True  # nbconvert leaves its code out too
         outputs = []
         for out in cell.outputs:
             data = out.get("data", {})
@@ -136,12 +185,12 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     return nb
 
 
-def to_html(nb: nbformat.NotebookNode, pages: list[str]) -> str:
+def to_html(nb: nbformat.NotebookNode, pages: list[str], plotlyjs: str = "embed") -> str:
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(make_static(nb))
-    if "Plotly.newPlot" in body:  # only pages with figures carry plotly.js
-        body = body.replace("</head>", plotly_js() + "\n</head>", 1)
+    if "Plotly.newPlot" in body:  # only pages with figures (static or saved widgets) carry plotly.js
+        body = body.replace("</head>", plotly_js(plotlyjs) + "\n</head>", 1)
     body = body.replace("</body>", HIDE_FALLBACKS + "\n</body>", 1)
     for name in pages:  # links between notebooks go to their pages
         stem = name.removesuffix(".ipynb")
@@ -165,7 +214,8 @@ def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromi
         for page_path in pages:
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=120_000)
-            expected = page_path.read_text().count("Plotly.newPlot(")
+            text = page_path.read_text()  # figures the page draws itself; saved widgets draw only when online
+            expected = text.count("Plotly.newPlot(") - text.count("window.Plotly.newPlot(el,")
             try:
                 page.wait_for_function(
                     f"() => document.querySelectorAll('.js-plotly-plot .main-svg .trace').length > 0 || {expected} == 0",
@@ -189,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", help="name prefixes of the notebooks to build (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "site")
+    parser.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="embed",
+                        help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
     parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
     args = parser.parse_args(argv)
     series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + sorted((NOTEBOOKS / "zh-TW").glob("[0-9][0-9]_*.ipynb"))
@@ -202,11 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         page = args.out / path.relative_to(NOTEBOOKS).with_suffix(".html")  # zh-TW/ pages in site/zh-TW/
         page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(to_html(execute(path), pages))
+        page.write_text(to_html(execute(path), pages, args.plotlyjs))
         if path.name.startswith("00_"):
             (page.parent / "index.html").write_text(page.read_text())
         built.append(page)
-        print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({time.perf_counter() - start:.0f} s)", flush=True)
+        size = page.stat().st_size / 2**20
+        print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)", flush=True)
     if args.check:
         problems = check_pages(built, args.out / "screenshots")
         for problem in problems:

@@ -20,9 +20,11 @@ a notebook can say it in words with ``metadata["paged_lab"] = {"cpu": "...", "gp
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -37,7 +39,8 @@ INDEX = NOTEBOOKS / "00_index.ipynb"
 TABLE_START, TABLE_END = "<!-- series-table:start -->", "<!-- series-table:end -->"
 BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
 
-SETUP_CELL = '''# Setup: works locally, on Binder and on Colab (only Colab installs anything).
+SETUP_CELL = '''#@title Setup: run me first (installs paged_lab on Colab only; elsewhere it only imports it)
+# Works locally, on Binder and on Colab. Collapsed, so that the notebook opens on its introduction.
 import subprocess
 import sys
 
@@ -52,9 +55,22 @@ DEVICE = paged_lab.device()
 print(f"paged_lab {{paged_lab.__version__}} on {{DEVICE}}")'''
 
 
+# The setup cell is collapsed: JupyterLab hides its source (jupyter.source_hidden), Colab shows only its
+# #@title line (cellView "form"). Running it works the same everywhere.
+SETUP_METADATA = {"jupyter": {"source_hidden": True}, "cellView": "form"}
+
+
 def setup_cell() -> str:
     """The standard second cell of every notebook, with the repository URL from ``_project``."""
     return SETUP_CELL.format(repo=_project.REPO_URL)
+
+
+def with_collapsed_setup(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``nb`` with its second cell (the setup cell) collapsed; other metadata of that cell is kept."""
+    if len(nb.cells) > 1 and nb.cells[1].cell_type == "code" and _project.REPO_URL in nb.cells[1].source:
+        nb.cells[1].source = setup_cell()
+        nb.cells[1].metadata.update(copy.deepcopy(SETUP_METADATA))
+    return nb
 
 
 def series(folder: Path = NOTEBOOKS) -> list[Path]:
@@ -80,6 +96,36 @@ def readme_badge(text: str) -> str:
     return re.sub(r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$", line, text, count=1, flags=re.M)
 
 
+# ---------------------------------------------------------------- "Next →" at the end of each notebook
+
+NAV_MARK = "Back to the index"
+
+
+def nav_cell_id(name: str) -> str:
+    """A fixed id for a notebook's closing navigation cell (8 hex digits, the same on every run)."""
+    return hashlib.sha1(f"paged-lab-nav:{name}".encode()).hexdigest()[:8]
+
+
+def nav_markdown(name: str, names: list[str], titles: dict[str, str]) -> str:
+    """The closing cell: a link to the next notebook of the series (if any) and back to the index."""
+    later = [n for n in names if n > name and n != INDEX.name]
+    nxt = f"**Next →** [{later[0][:2]} · {titles[later[0]]}]({later[0]})" if later else "**The end of the series.**"
+    return f"---\n\n{nxt} &nbsp;·&nbsp; [{NAV_MARK}]({INDEX.name})"
+
+
+def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str], titles: dict[str, str]) -> nbformat.NotebookNode:
+    """``nb`` ending with its navigation cell (replaced in place when there is one, appended otherwise)."""
+    text = nav_markdown(name, names, titles)
+    last = nb.cells[-1] if nb.cells else None
+    if last is not None and last.cell_type == "markdown" and last.get("id") == nav_cell_id(name):
+        last.source = text
+    else:
+        cell = nbformat.v4.new_markdown_cell(text)
+        cell["id"] = nav_cell_id(name)
+        nb.cells.append(cell)
+    return nb
+
+
 # ---------------------------------------------------------------- the series table
 
 
@@ -91,6 +137,25 @@ class Entry:
     goals: list[str]
     cpu: str
     gpu: str
+    read_min: int = 0  # minutes to read its prose at READING_WPM (playgrounds and code not counted)
+    exercises: list[str] = field(default_factory=list)  # functions its "Do it yourself" checks grade
+
+
+READING_WPM = 200  # words per minute for technical prose
+BUDGET_DOC = ROOT / "docs" / "notebooks.md"  # the measured wall time of each notebook (make budget)
+
+
+def reading_minutes(nb: nbformat.NotebookNode) -> int:
+    """Minutes to read a notebook's markdown at READING_WPM, rounded up to 5 (at least 5)."""
+    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
+    minutes = -(-words // READING_WPM)  # ceil
+    return max(5, -(-minutes // 5) * 5)
+
+
+def run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:
+    """Each notebook's measured "Run All" wall time on a CPU, from docs/notebooks.md's budget table."""
+    rows = re.findall(r"^\| `(\d\d_\w+\.ipynb)` \| ([\d.]+) s \|", doc.read_text(), flags=re.M) if doc.exists() else []
+    return {name: float(seconds) for name, seconds in rows}
 
 
 def describe(path: Path) -> Entry:
@@ -114,7 +179,9 @@ def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
     said = nb.metadata.get("paged_lab", {})
     cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
     gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
-    return Entry(name, name[:2], title, goals, cpu, gpu)
+    checks = [c.source for c in nb.cells if "check" in c.get("metadata", {}).get("tags", [])]
+    exercises = [m.group(1) for src in checks for m in [re.search(r"\bcheck\((\w+)", src)] if m]
+    return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb), exercises)
 
 
 def badges_for(entry: Entry) -> str:
@@ -124,17 +191,21 @@ def badges_for(entry: Entry) -> str:
     )
 
 
-def series_table(entries: list[Entry], link_prefix: str) -> str:
-    """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page."""
+def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False) -> str:
+    """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page.
+    ``exercises`` adds a column naming the functions each notebook's graded exercises ask for."""
     rows = [
         "| # | Notebook | You will learn | CPU | GPU | Open |",
         "|---|----------|----------------|-----|-----|------|",
     ]
+    if exercises:
+        rows = [rows[0] + " Do it yourself |", rows[1] + "----------------|"]
     for e in entries:
         goals = "<br>".join(f"• {g.replace('|', '/')}" for g in e.goals) or "—"
-        rows.append(
-            f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
-        )
+        row = f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
+        if exercises:
+            row += " " + ("<br>".join(f"`{x}`" for x in e.exercises) or "—") + " |"
+        rows.append(row)
     return "\n".join(rows)
 
 
@@ -143,10 +214,59 @@ def readme_with_table(text: str, entries: list[Entry]) -> str:
         raise ValueError(f"README.md has no {TABLE_START} ... {TABLE_END} block for the series table")
     head, rest = text.split(TABLE_START, 1)
     _, tail = rest.split(TABLE_END, 1)
-    return f"{head}{TABLE_START}\n{series_table(entries, 'notebooks/')}\n{TABLE_END}{tail}"
+    return f"{head}{TABLE_START}\n{series_table(entries, 'notebooks/', exercises=True)}\n{TABLE_END}{tail}"
 
 
 # ---------------------------------------------------------------- the index notebook
+
+EXERCISES_NOTE = (
+    "## The complete series or the exercises?\n\n"
+    "Every notebook from 01 on has a **Do it yourself** section before its summary: graded exercises, each a\n"
+    "function you write and a cell that grades it against the package's own code (the smallest input it gets\n"
+    "wrong, the expected value and yours, and a hint; never the solution unless you ask).\n\n"
+    "- **Reading, or running it for the first time**: open the notebooks in this folder. Their exercises are\n"
+    "  solved, so every cell runs top to bottom and you can read the solutions after trying.\n"
+    "- **Writing the code yourself**: open the same notebook in `exercises/` (`make exercises` writes that\n"
+    "  folder and `make lab` does it for you). There every solution is a stub that raises\n"
+    "  `NotImplementedError`; fill it in and run the check cell under it until it says ✓.\n"
+    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On Colab**, open the complete\n"
+    "  notebook and rewrite a solution cell in place: the check cell under it still grades it."
+)
+
+
+# Suggested paths through the series: (name, notebook numbers, who it is for).
+PATHS = (
+    ("The whole series", "01 02 03 04 05 06 07", "you want the full story, from one token's bytes to a paged engine"),
+    ("Just the memory ideas", "01 02 03 04 05", "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
+    ("Kernels and engine", "06 07", "you know what a block table is (skim 03's summary) and want the kernel and the engine"),
+)
+
+
+# What each notebook builds on (the notebooks it uses the vocabulary of).
+NEEDS = {"01": "what attention is", "02": "01", "03": "02", "04": "03", "05": "02 (03 helps)",
+         "06": "01 and 03", "07": "01–05 (06 helps)"}
+
+
+def paths_markdown(entries: list[Entry]) -> str:
+    """Time per notebook, what to know before starting, and two or three paths through the series."""
+    measured = run_seconds()
+    rows = ["| # | Notebook | Read | Run on a CPU | Needs first |", "|---|----------|-----:|-------------:|-------------|"]
+    for e in entries:
+        run = f"{measured[e.name]:.0f} s" if e.name in measured else "—"
+        before = NEEDS.get(e.number, "the notebook before")
+        rows.append(f"| {e.number} | [{e.title}]({e.name}) | ~{e.read_min} min | {run} | {before} |")
+    minutes = {e.number: e.read_min for e in entries}
+    paths = "\n".join(
+        f"- **{name}** ({' → '.join(nums.split())}, about {sum(minutes.get(n, 0) for n in nums.split())} min of reading): {why}."
+        for name, nums, why in PATHS
+    )
+    return (
+        "## Before you start: time, prerequisites and paths\n\n"
+        "You need to know **what attention is** (queries, keys and values; a softmax over the tokens so far).\n"
+        "What a **KV cache** is comes first in 01; everything after builds on it. Read times count the prose at\n"
+        f"{READING_WPM} words a minute (add time for the playgrounds); run times are one \"Run All\" on a laptop CPU\n"
+        "(`make budget`, docs/notebooks.md).\n\n" + "\n".join(rows) + "\n\n**Suggested paths**\n\n" + paths
+    )
 
 
 def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
@@ -194,17 +314,20 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     nb = v4.new_notebook()
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     nb.metadata["language_info"] = {"name": "python"}
-    nb.cells = [
-        v4.new_markdown_cell(intro),
-        v4.new_code_cell(setup_cell()),
-        v4.new_markdown_cell(table),
-        v4.new_markdown_cell(where),
-        v4.new_code_cell(device),
-        v4.new_markdown_cell(how),
+    cells = [  # (id, cell): ids stay fixed when a cell is added (translations and merges key on them)
+        ("index-0", v4.new_markdown_cell(intro)),
+        ("index-1", v4.new_code_cell(setup_cell())),
+        ("index-2", v4.new_markdown_cell(table)),
+        ("index-paths", v4.new_markdown_cell(paths_markdown(entries))),
+        ("index-3", v4.new_markdown_cell(where)),
+        ("index-4", v4.new_code_cell(device)),
+        ("index-5", v4.new_markdown_cell(how)),
     ]
-    for i, cell in enumerate(nb.cells):  # stable ids: regenerating gives the same file
-        cell["id"] = f"index-{i}"
-    return nb
+    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))  # added later: its own id, theirs unchanged
+    nb.cells = [cell for _, cell in cells]
+    for cell_id, cell in cells:
+        cell["id"] = cell_id
+    return with_collapsed_setup(nb)
 
 
 # ---------------------------------------------------------------- driver
@@ -214,12 +337,16 @@ def planned() -> dict[Path, str]:
     """Every file this script owns the content of (in part), as it should read now."""
     out: dict[Path, str] = {}
     entries = []
+    names = [p.name for p in series()]
+    titles = {p.name: describe(p).title for p in series()}
     for path in series():
         if path == INDEX:
             continue
         nb = nbformat.read(path, as_version=4)
         if nb.cells and nb.cells[0].cell_type == "markdown":
             nb.cells[0].source = with_badges(nb.cells[0].source, path.name)
+        with_collapsed_setup(nb)
+        with_nav(nb, path.name, names, titles)
         out[path] = nbformat.writes(nb) + "\n"
         entries.append(describe(path))
     out[INDEX] = nbformat.writes(index_notebook(entries)) + "\n"

@@ -4,6 +4,7 @@ import pytest
 
 from paged_lab.memory import BlockManager
 from paged_lab.viz.engine import (
+    engine_step_readout,
     events_until_step,
     fig_engine_pool,
     fig_engine_timeline,
@@ -66,3 +67,29 @@ def test_prefix_cache_bars_split_prompt_tokens():
     assert list(fig.data[0].y) == [0, 16] and list(fig.data[1].y) == [20, 6]
     with pytest.raises(ValueError):
         fig_prefix_cache(["r0"], [1, 2], [0])
+
+
+def test_step_readout_says_what_changed_hands(log):
+    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=1, num_preempted=0, kv_usage=0.19),
+                dict(num_prefill=1, num_decode=1, num_running=2, num_waiting=0, num_preempted=0, kv_usage=0.44),
+                dict(num_prefill=0, num_decode=1, num_running=1, num_waiting=0, num_preempted=1, kv_usage=0.12)]
+    one = engine_step_readout(log.events, timeline, 1, block_size=2)
+    assert one.startswith("step 1 ran 1 prefill + 1 decode; admitted b (1 blocks for its 2-token prompt)")
+    assert "new block" not in one  # a's 4th token still fitted in its last block
+    assert one.endswith("2 running, 0 waiting, 44% of the slots hold tokens")
+    two = engine_step_readout(log.events, timeline, 2, block_size=2)
+    assert "blocks back to the pool: a (2 blocks)" in two and "1 preempted" in two
+    grown = engine_step_readout(log.events, timeline, 1, block_size=3)  # 4 tokens in blocks of 3: a second block
+    assert "a new block for a" in grown
+    with pytest.raises(ValueError, match="step"):
+        engine_step_readout(log.events, timeline, 3, block_size=2)
+
+
+def test_pool_figure_has_a_legend_entry_for_the_red_outline(log):
+    fig = fig_engine_pool(log.events, 8, 2, step=1)
+    assert any(t.name == "touched in step 1" and t.marker.color == "red" for t in fig.data)
+
+
+def test_throughput_bars_take_human_labels_and_keep_paged_lab_blue():
+    fig = fig_throughput({"paged_lab (continuous batching)": 35.0, "transformers (static batching)": 10.0})
+    assert list(fig.data[0].marker.color) == ["#1f77b4", "#7f7f7f"]

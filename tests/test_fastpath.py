@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from test_sched_properties import config  # the same scheduler settings the property tests draw
 
 from paged_lab.memory import BlockManager
-from paged_lab.sched import ContiguousAllocator, Scheduler, Sequence, simulate
+from paged_lab.sched import ContiguousAllocator, Scheduler, Sequence, paged, simulate
 from paged_lab.sched import workloads as W
 from paged_lab.sched.fastpath import FastScheduler
 
@@ -29,6 +29,21 @@ def test_fast_scheduler_matches_the_textbook_one(n, seed, block_size, num_blocks
                                     lambda: BlockManager(num_blocks, block_size, caching), cfg)
     assert a.timeline == b.timeline and a.requests == b.requests and a.spans == b.spans
     assert bm_a.events == bm_b.events and bm_a.stats == bm_b.stats
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 25), seed=st.integers(0, 10**6), block_size=st.sampled_from([1, 2, 4, 16]),
+       num_blocks=st.integers(1, 40), caching=st.booleans(), cfg=config)
+def test_in_place_appends_without_an_event_log_match_the_textbook_appends(n, seed, block_size, num_blocks,
+                                                                          caching, cfg):
+    # simulate()'s default pool records no events: then FastScheduler appends in place (fastpath.py).
+    wl = W.shared_prefix(n, prefix_len=8, suffix_len=(1, 12), output_len=(1, 30), seed=seed)
+    (a, bm_a), (b, bm_b) = run_both(wl, lambda: BlockManager(num_blocks, block_size, caching),
+                                    lambda: paged(num_blocks, block_size, caching), cfg)
+    assert not bm_b.record_events
+    assert a.timeline == b.timeline and a.requests == b.requests and a.spans == b.spans
+    assert bm_a.stats == bm_b.stats and bm_a.usage == bm_b.usage
+    bm_b.check_invariants()
 
 
 @settings(max_examples=15, deadline=None)

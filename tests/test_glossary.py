@@ -66,6 +66,31 @@ def test_the_one_metaphor_mapping():
     assert (lookup("block table").story, lookup("block table").story_zh) == ("Ah-Ye's lookup table", "阿頁的對照表")
 
 
+EVERY_NOTEBOOK = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=[p.stem for p in EVERY_NOTEBOOK])
+def test_notebook_keeps_the_one_metaphor(path):
+    """A locker is one slot, a row of lockers (a page) is a block, Ah-Ye's lookup table is the block table:
+    in every cell (prose, figure titles, comments) of every notebook."""
+    nb = nbformat.read(path, as_version=4)
+    problems = [f"cell {c.get('id')}: {p}" for c in nb.cells for p in glossary.metaphor_problems(c.source)]
+    assert not problems, f"{path.name} breaks the metaphor: {problems}"
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md", "docs/glossary.md"])
+def test_docs_keep_the_one_metaphor(doc):
+    assert glossary.metaphor_problems((ROOT / doc).read_text()) == []
+
+
+def test_metaphor_check_can_fail():
+    text = "The lockers (KV blocks) and their ledger; a ticket lists them; Ah-Ye's notebook; one page (slot)."
+    found = glossary.metaphor_problems(text)
+    assert len(found) == 5 and any("a locker is one slot" in p for p in found)
+    assert "'ledger': say Ah-Ye's lookup table" in found[0]
+    assert glossary.metaphor_problems("Ah-Ye's lookup table lists the rows of lockers (blocks) in order.") == []
+
+
 def test_lookup_and_table_refuse_unknown_names():
     with pytest.raises(KeyError, match="block tabel.*did you mean"):
         lookup("block tabel")

@@ -55,6 +55,12 @@ class TestNotebook:
         assert _project.REPO_URL in second.source
         assert second.source.strip() == sync.setup_cell(), f"{path.name}: cell 2 differs from the standard setup cell"
 
+    def test_setup_cell_is_collapsed_with_a_visible_title(self, path):
+        second = read(path).cells[1]
+        assert second.metadata.get("jupyter", {}).get("source_hidden") is True, f"{path.name}: setup cell not collapsed"
+        assert second.metadata.get("cellView") == "form", f"{path.name}: Colab would show the setup code"
+        assert second.source.startswith("#@title "), f"{path.name}: a collapsed setup cell needs its one-line title"
+
     def test_committed_clean(self, path):
         nb = read(path)
         assert "widgets" not in nb.metadata, f"{path.name}: metadata.widgets (saved widget state) must not be committed"
@@ -87,6 +93,35 @@ def test_index_and_readme_list_the_notebook(path):
         assert link in text
         assert _project.binder_url(path.name) in text and _project.colab_url(path.name) in text
         assert entry.goals[0].replace("|", "/") in text
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_notebook_ends_with_next_and_back_to_the_index(path):
+    last = read(path).cells[-1]
+    names = [p.name for p in NOTEBOOKS]
+    later = names[names.index(path.name) + 1:]
+    assert last.cell_type == "markdown" and last.id == sync.nav_cell_id(path.name)
+    assert f"[{sync.NAV_MARK}](00_index.ipynb)" in last.source
+    if later:
+        assert "**Next →**" in last.source and f"]({later[0]})" in last.source
+    else:
+        assert "Next" not in last.source
+
+
+def test_index_gives_time_prerequisites_and_paths():
+    paths = next(c for c in read(sync.INDEX).cells if c.get("id") == "index-paths").source
+    assert "what attention is" in paths and "KV cache" in paths
+    for p in SERIES:
+        assert f"({p.name})" in paths and f"~{sync.describe(p).read_min} min" in paths
+    assert paths.count("- **") == len(sync.PATHS) >= 2
+
+
+def test_reading_time_counts_markdown_words():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("word " * 2100), nbformat.v4.new_code_cell("x = 1 " * 5000)]
+    assert sync.reading_minutes(nb) == 15  # 2,100 words at 200 a minute: 11 min, rounded up to 15
+    nb.cells = nb.cells[1:]
+    assert sync.reading_minutes(nb) == 5
 
 
 def test_badge_rewrite_replaces_a_stale_url():

@@ -57,3 +57,16 @@ def test_playground_follows_its_sliders():
     b = latency_playground(rate=0.4, block_size=64, num_requests=60, rates=(0.1, 1.0))
     assert a.layout.title.text != b.layout.title.text
     assert latency_readout(a, 0.4, 16, 60) != latency_readout(a, 0.7, 16, 60)
+
+
+def test_latency_readout_says_why_paged_answers_first():
+    busy = latency_readout(None, 0.4, 16, 60)
+    assert "Paged memory answers first" in busy and "capped the batch at" in busy
+    light = latency_readout(None, 0.05, 16, 60)
+    assert "memory is not the limit" in light
+
+
+def test_latency_figure_labels_only_powers_of_ten_and_leaves_room_for_its_title():
+    fig = latency_playground(rate=0.4, block_size=16, num_requests=60, rates=(0.1, 1.0))
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.minor.ticks == ""
+    assert fig.layout.title.text.count("<br>") == 1 and fig.layout.margin.t == 80 + 24

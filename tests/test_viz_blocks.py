@@ -41,7 +41,7 @@ def test_block_tables_draws_the_table_and_every_physical_block():
     arrows = [a for a in fig.layout.annotations if a.showarrow]
     assert len(arrows) == 3  # one per table entry
     # blocks 7 and 1 are full (one coloured rect each, full width); block 3 holds 1 of 4 tokens
-    coloured = [sh for sh in fig.layout.shapes if sh.fillcolor not in ("white",)]
+    coloured = [sh for sh in fig.layout.shapes if sh.type == "rect" and sh.fillcolor not in ("white",)]
     widths = sorted(round(sh.x1 - sh.x0, 2) for sh in coloured)
     assert widths.count(0.25) == 2  # logical L2 and physical block 3: 1 token of 4
     assert "3 of 8 blocks used" in fig.layout.title.text
@@ -51,8 +51,13 @@ def test_shared_blocks_show_their_refcount():
     bm = BlockManager(8, 4)
     bm.allocate("p", list(range(6)))
     bm.fork("p", "c")
-    labels = pool_labels(V.fig_block_tables(bm, 4))
+    fig = V.fig_block_tables(bm, 4)
+    labels = pool_labels(fig)
     assert labels[0] == "<b>0</b><br>x2" and labels[1] == "<b>1</b><br>x2"
+    # shared blocks have their own fill (not the first owner's colour) and a legend entry for it
+    fills = {sh.fillcolor for sh in fig.layout.shapes if sh.type == "rect" and sh.x0 >= 0 and sh.fillcolor != "white"}
+    assert V.SHARED_FILL in fills
+    assert "shared (x refcount)" in [t.name for t in fig.data]
     with pytest.raises(ValueError, match="block_size"):
         V.fig_block_tables(bm, 0)
 
@@ -63,12 +68,17 @@ def test_event_step_replays_the_log():
     first = V.fig_event_step(bm.events, 8, 4, 0)
     assert "empty pool" in first.layout.title.text and table_labels(first) == ()
     last = V.fig_event_step(bm.events, 8, 4, n)
-    assert f"step {n}/{n}" in last.layout.title.text and "token #9 into block 3" in last.layout.title.text
+    assert f"after event {n - 1} (of 0–{n - 1})" in last.layout.title.text  # the printed log's 0-based number
+    assert "token #9 into block 3" in last.layout.title.text and bm.events[-1].index == n - 1
     assert table_labels(last) == ("<b>A</b>: [7, 1, 3]",)
     red = [sh for sh in last.layout.shapes if getattr(sh.line, "color", None) == "red"]
     assert len(red) == 1  # the block the last event touched
     with pytest.raises(ValueError, match="step"):
         V.fig_event_step(bm.events, 8, 4, n + 1)
+    slider = V.event_slider(bm.events, after=n - 1)
+    assert slider.value == n and slider.label == str(n - 1) and slider.options[0] == ("start", 0)
+    with pytest.raises(ValueError, match="after"):
+        V.event_slider(bm.events, after=n)
     # colours stay put across steps: A has the same colour at every step
     assert V.seq_order(bm.events)[-1] == "A"
 
@@ -131,3 +141,38 @@ def test_scenarios_are_replayable():
         bm.check_invariants()
     with pytest.raises(ValueError, match="k >= 1"):
         shared_prefix(0, 4, 4, 4)
+
+
+def test_prefix_sharing_readout_says_what_was_saved_and_why():
+    text = V.prefix_sharing_readout(None, k=8, system_len=48, block_size=16)
+    assert text.startswith("32 → <b>11 blocks</b>") and "3 full block(s) are stored once instead of 8 times (21 saved)" in text
+    assert "not shared" not in text  # 48 = 3 x 16: nothing left over
+    odd = V.prefix_sharing_readout(None, k=8, system_len=50, block_size=16)
+    assert "its last 2 token(s)" in odd
+
+
+def test_block_table_readout_counts_the_empty_slots_of_the_figure():
+    from paged_lab.memory.scenarios import random_requests
+
+    bm, _ = random_requests(6, 4, num_blocks=32, seed=0)
+    empty = bm.num_used_blocks * 4 - sum(bm.num_tokens(s) for s in bm.seq_ids)
+    text = V.block_table_readout(None, block_size=4, num_requests=6, seed=0)
+    assert f"<b>{empty} empty slots</b>" in text and f"at most {len(bm.seq_ids) * 3})" in text
+    assert empty <= len(bm.seq_ids) * 3
+    assert "turned away" in V.block_table_readout(None, block_size=16, num_requests=30, seed=0, num_blocks=4)
+
+
+def test_block_labels_stay_readable_and_arrows_avoid_the_pool_rows():
+    bm = parallel_sampling(3, list(range(10)), 2, 4, num_blocks=16)
+    fig = V.fig_block_tables(bm, 4, cols=8)
+    pool = next(t for t in fig.data if t.name == "pool")
+    inks = dict(zip(pool.text, pool.textfont.color))
+    assert inks["<b>0</b><br>x3"] == "white" and inks["9"] == "#222222"  # white on a fill, dark on white
+    boxes = [sh for sh in fig.layout.shapes if sh.type == "rect" and sh.line.width and sh.fillcolor == "white"
+             and sh.x0 > 5]  # the pool's block outlines
+    paths = [sh for sh in fig.layout.shapes if sh.type == "path"]
+    assert len(paths) == sum(len(bm.block_table(s)) for s in bm.seq_ids)
+    for path in paths:  # the last leg runs horizontally in a gap: no block's box spans its height
+        (x1, y1), (x2, y2) = [tuple(map(float, p.split(","))) for p in path.path.split(" L ")[1:]]
+        assert y1 == y2
+        assert not any(b.y0 < y1 < b.y1 and b.x0 < max(x1, x2) and b.x1 > min(x1, x2) for b in boxes)

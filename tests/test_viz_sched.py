@@ -103,3 +103,33 @@ def test_playground_titles_fit_the_700px_widget():
         assert all(len(line) <= 80 for line in fig.layout.title.text.split("<br>")), fig.layout.title.text
         for note in fig.layout.annotations:
             assert all(len(line) <= 45 for line in note.text.split("<br>")), note.text
+
+
+def test_batching_playground_keeps_its_axes_and_tells_the_preemptions_apart():
+    small, large = V.batching_playground(40, 8, 64, 16), V.batching_playground(60, 8, 64, 16)
+    s_small, s_large = (max(t.x[-1] for t in f.data if t.mode != "markers") for f in (small, large))
+    assert s_small != s_large  # the runs differ in length...
+    assert small.layout.xaxis.range == large.layout.xaxis.range  # ...but are read on the same scale
+    assert small.layout.xaxis.range[1] >= s_large
+    assert list(small.layout.yaxis.range) == [0, 8 * 1.05]
+    tight = V.batching_playground(40, 8, 16, 16)
+    marks = [t for t in tight.data if t.mode == "markers"]
+    assert len(marks) == 2 and len({(t.marker.color, t.marker.symbol) for t in marks}) == 2
+    assert all(t.showlegend is not False and "preemption" in t.name for t in marks)
+    assert any(len(t.x) for t in marks)
+
+
+def test_nice_ceil_rounds_up_to_a_stable_axis_end():
+    assert [V.nice_ceil(x) for x in (0, 10, 11, 21, 51, 290, 444, 501)] == [10, 10, 20, 50, 100, 500, 500, 1000]
+    with pytest.raises(ValueError, match="x must be >= 0"):
+        V.nice_ceil(-1)
+
+
+def test_batching_readout_says_why():
+    roomy = V.batching_readout(None, 40, 8, 64, 16)
+    assert "covers 8 windows" in roomy and "no preemption" in roomy
+    tight_runs = V.batching_runs(40, 8, 32, 16)
+    tight = V.batching_readout(None, 40, 8, 32, 16)
+    n = tight_runs["continuous"].summary["num_preemptions"]
+    assert n > 0 and f"holds fewer blocks than 8 windows of 128-token requests need (64) → {n} preemptions" in tight
+    assert f"static {tight_runs['static'].makespan}" in tight

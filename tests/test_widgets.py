@@ -24,7 +24,8 @@ def controls():
 
 def test_figure_widget_follows_the_controls():
     ctl = controls()
-    box = interactive(bars, ctl, readout=lambda fig, **v: f"{len(fig.data)} traces at x{v['scale']}")
+    box = interactive(bars, ctl, readout=lambda fig, **v: f"{len(fig.data)} traces at x{v['scale']}",
+                      use_figure_widget=True)
     assert isinstance(box.figure, go.FigureWidget) and box.view is box.figure
     assert [list(t.y) for t in box.figure.data] == [[0, 1], [1, 2]]
     assert box.readout.value == "2 traces at x1.0"
@@ -51,7 +52,7 @@ def test_box_shows_controls_readout_and_figure():
 
 
 def test_fixed_arguments_reach_the_figure_function():
-    box = interactive(bars, controls(), fixed={"title": "KV"})
+    box = interactive(bars, controls(), fixed={"title": "KV"}, use_figure_widget=True)
     assert box.figure.layout.title.text == "KV n=2"
     assert box.refresh().layout.title.text == "KV n=2"
 
@@ -74,13 +75,17 @@ def test_output_fallback_redraws_a_plain_figure():
     assert len(box.view.outputs) == 1 and box.readout.value == "n=3"
 
 
-def test_colab_picks_the_fallback_by_itself(monkeypatch):
+def test_the_plain_figure_is_the_default_everywhere(monkeypatch):
+    """A FigureWidget (plotly 6+, an anywidget) is drawn at 700 px and never resizes, so by default the
+    figure is a plain one in an Output, which JupyterLab sizes to the output's width (and Colab can show)."""
     monkeypatch.setitem(sys.modules, "google.colab", object())
     assert widgets.in_colab()
     box = interactive(bars, controls())
     assert box.figure is None and isinstance(box.view, W.Output)
     monkeypatch.delitem(sys.modules, "google.colab")
-    assert isinstance(interactive(bars, controls()).figure, go.FigureWidget)
+    box = interactive(bars, controls())
+    assert box.figure is None and isinstance(box.view, W.Output) and box.view.layout.width == "100%"
+    assert isinstance(interactive(bars, controls(), use_figure_widget=True).figure, go.FigureWidget)
 
 
 def test_figure_bundle_renders_everywhere():
@@ -99,7 +104,7 @@ def test_a_failing_redraw_keeps_the_figure_and_says_why():
         return bars(n, scale)
 
     ctl = controls()
-    box = interactive(picky, ctl, readout=lambda fig, **v: "ok")
+    box = interactive(picky, ctl, readout=lambda fig, **v: "ok", use_figure_widget=True)
     ctl["n"].value = 5
     assert len(box.figure.data) == 2  # the last good figure stays
     assert "n must be &lt;= 3, got 5" in box.readout.value
@@ -122,3 +127,46 @@ def test_bad_arguments_raise_naming_them():
         interactive(lambda n, scale: None, controls())
     with pytest.raises(TypeError, match="scale"):  # the first draw raises in the cell, not silently
         interactive(lambda n: bars(n), controls())
+
+
+def test_long_titles_wrap_at_word_boundaries_and_get_room():
+    long = "after step 3: 3 sequences hold 10 of 48 blocks | ran 1 prefill + 2 decode, 13 tokens, 3 waiting"
+    wrapped = widgets.wrap_title(long, max_chars=40)
+    lines = wrapped.split("<br>")
+    assert len(lines) == 3 and all(len(line) <= 40 for line in lines)
+    assert " ".join(lines) == long  # nothing lost, only line breaks added
+    assert widgets.wrap_title("first<br>second", 40) == "first<br>second"  # existing breaks stay
+    fig = go.Figure(layout=dict(title=long, width=700, margin=dict(t=40)))
+    widgets.fit_to_output(fig, max_chars=40)
+    assert fig.layout.width is None and fig.layout.autosize is True  # sized by the output area
+    assert fig.layout.title.text == wrapped and fig.layout.margin.t >= 3 * widgets.TITLE_LINE_PX
+    with pytest.raises(ValueError, match="max_chars"):
+        widgets.wrap_title(long, max_chars=3)
+
+
+def test_interactive_figures_fill_the_width_with_whole_titles():
+    def wide(n: int) -> go.Figure:
+        return go.Figure(go.Bar(y=[n]), layout=dict(title="word " * 40, width=500, margin=dict(t=30)))
+
+    for fallback in (False, True):
+        box = interactive(wide, {"n": W.IntSlider(value=1)}, use_figure_widget=not fallback)
+        assert box.layout.width == "100%"
+        fig = box.refresh()
+        assert fig.layout.width is None and "<br>" in fig.layout.title.text
+        if not fallback:
+            assert box.figure.layout.width is None and box.figure.layout.title.text == fig.layout.title.text
+
+
+def test_table_shows_rows_as_a_table():
+    t = widgets.table([{"block size": 1, "empty slots (%)": 0.0}, {"block size": 16, "empty slots (%)": 1.9}])
+    assert t.header == ["block size", "empty slots (%)"] and t.rows == [[1, 0.0], [16, 1.9]]
+    assert "<th>block size</th>" in t._repr_html_() and "<td>16</td><td>1.9</td>" in t._repr_html_()
+    assert str(t).splitlines()[2] == "| 1 | 0.0 |"
+    by_label = widgets.table({"static": {"steps": 8}, "continuous": {"steps": 6}}, index="mode")
+    assert by_label.header == ["mode", "steps"] and by_label.rows[1] == ["continuous", 6]
+    with pytest.raises(ValueError, match="index"):
+        widgets.table({"static": {"steps": 8}})
+    with pytest.raises(ValueError, match="other columns"):
+        widgets.table([{"a": 1}, {"b": 2}])
+    with pytest.raises(ValueError, match="at least one row"):
+        widgets.table([])

@@ -267,7 +267,7 @@ class LLM:
         """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
         table and context length. One-token queries (decodes) go first, so that a mixed step can attend
         them apart (``AttentionMetadata.split``)."""
-        scheduled = sorted(out.scheduled, key=lambda s: s.num_tokens > 1)
+        scheduled = decodes_first(out.scheduled)
         bm = self.block_manager
         input_ids, positions, slots, tables, ctx_lens, qsl = [], [], [], [], [], [0]
         sample_rows, sample_seqs = [], []
@@ -555,6 +555,12 @@ class LLM:
             "events": list(bm.events),
             "timeline": list(self.timeline),
         }
+
+
+def decodes_first(scheduled):
+    """The batch order of one step's ``ScheduledSeq`` entries: one-token queries (decodes) first, then
+    prefills and chunks, each group in schedule order (a stable sort)."""
+    return sorted(scheduled, key=lambda s: s.num_tokens > 1)
 
 
 def _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling) -> None:

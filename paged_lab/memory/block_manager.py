@@ -25,6 +25,11 @@ from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import find_cached_prefix, hash_block
 
 
+def slot_for(pos: int, block_table: Sequence[int], block_size: int) -> int:
+    """The physical slot of token position ``pos``: its block's id x block_size + its offset in the block."""
+    return block_table[pos // block_size] * block_size + pos % block_size
+
+
 class CowAction(NamedTuple):
     """Copy block ``src`` into block ``dst`` before writing (``src, dst = action`` works)."""
 
@@ -122,8 +127,7 @@ class BlockManager:
         if not 0 <= start <= end <= n:
             raise InvalidArgument(f"slot_mapping needs 0 <= start <= end <= num_tokens={n}, "
                                   f"got start={start}, end={end}")
-        bs = self.block_size
-        return [s.table[pos // bs] * bs + pos % bs for pos in range(start, end)]
+        return [slot_for(pos, s.table, self.block_size) for pos in range(start, end)]
 
     # -- planning (no state changes) -----------------------------------------------------------
     def _cached_prefix(self, token_ids: Sequence[int], extra_key) -> tuple[list[int], list[bytes]]:

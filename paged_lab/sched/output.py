@@ -42,11 +42,11 @@ class SchedulerOutput:
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.end - s.start for s in self.scheduled if s.is_prefill)
+        return sum([s.end - s.start for s in self.scheduled if s.is_prefill])
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.scheduled if not s.is_prefill)  # one token per decode
+        return len([s for s in self.scheduled if not s.is_prefill])  # one token per decode
 
     @property
     def sampling(self) -> list[ScheduledSeq]:

@@ -23,6 +23,7 @@ from paged_lab.memory.scenarios import prefix_sharing_summary, random_requests
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
            "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE, CACHED, SHARED_EDGE = "#f2f2f2", "#c7c7c7", "#222222"
+SHARED_FILL = "#525252"  # a block several tables list has its own look, not its first owner's colour
 GAP = 0.25  # space between boxes, in box widths
 
 
@@ -50,9 +51,11 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
     ``order`` fixes the colour of each sequence (default: the order of ``state.tables``).
     ``highlight`` outlines physical blocks in red (e.g. the blocks the last event touched).
-    In the pool, a white box is free, a grey box is free but still holds cached content, and a
-    box with a thick black edge is shared by more than one table (its refcount is written in it).
-    Arrows from each table to its blocks are drawn for up to ``max_arrows_seqs`` sequences.
+    In the pool, a white box is free, a light grey box is free but still holds cached content, and a
+    dark grey box with a thick black edge is shared by more than one table (its refcount is written
+    in it). A label sits in white on a filled box and in black on an empty one. Arrows from each table
+    to its blocks (for up to ``max_arrows_seqs`` sequences) run left of the pool and then along the
+    gap under the target's row, so they never cross another block.
     """
     state = _as_state(state)
     if block_size < 1:
@@ -71,7 +74,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     pool_rows = -(-state.num_blocks // cols)
     fig = go.Figure()
     shapes, arrows = [], []
-    labels: dict[str, list[list]] = {g: [[], [], [], []] for g in ("pool", "logical", "tables")}  # x, y, text, hover
+    labels: dict[str, list[list]] = {g: [[], [], [], [], []] for g in ("pool", "logical", "tables")}  # x, y, text, hover, colour
 
     def box(x, y, frac, fillcolor, edge="#999999", width=1):
         shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(color=edge, width=width),
@@ -80,8 +83,9 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             shapes.append(dict(type="rect", x0=x, x1=x + frac, y0=y, y1=y + 1, line=dict(width=0),
                                fillcolor=fillcolor, layer="below"))
 
-    def label(group, x, y, t, h):
-        for column, value in zip(labels[group], (x, y, t, h)):
+    def label(group, x, y, t, h, frac=0.0):
+        ink = "white" if frac >= 0.5 else "#222222"  # the label's centre sits on the fill when frac >= 0.5
+        for column, value in zip(labels[group], (x, y, t, h, ink)):
             column.append(value)
 
     # physical pool: block b at column b % cols, row b // cols (row 0 at the top). The grid sits
@@ -99,12 +103,13 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         if rc:
             first = owners[b][0]
             shared = rc > 1
-            box(x, y, fill[b] / block_size, color.get(first, PALETTE[-1]),
+            frac = fill[b] / block_size
+            box(x, y, frac, SHARED_FILL if shared else color.get(first, PALETTE[-1]),
                 edge="red" if b in highlight else (SHARED_EDGE if shared else "#999999"),
                 width=3 if shared or b in highlight else 1)
             label("pool", x + 0.5, y + 0.5, f"<b>{b}</b>" + (f"<br>x{rc}" if shared else ""),
                   f"block {b}: {fill[b]}/{block_size} slots, refcount {rc}, held by "
-                  + ", ".join(map(str, owners[b])))
+                  + ", ".join(map(str, owners[b])), frac)
         else:
             cached = b in state.cached
             box(x, y, 1.0 if cached else 0.0, CACHED, edge="red" if b in highlight else "#bbbbbb",
@@ -121,23 +126,35 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             x = j * step
             k = max(0, min(block_size, n - j * block_size))
             box(x, y, k / block_size, color[sid])
-            label("logical", x + 0.5, y + 0.5, f"L{j}", f"{sid}: logical block {j} -> physical {b} ({k}/{block_size} tokens)")
+            label("logical", x + 0.5, y + 0.5, f"L{j}", f"{sid}: logical block {j} -> physical {b} ({k}/{block_size} tokens)",
+                  k / block_size)
         text = f"<b>{sid}</b>: {table}"
         label("tables", x_table, y + 0.5, text, f"{sid}: {n} tokens, block table {table}")
         tail = x_table + 0.16 * (len(str(sid)) + len(str(table)) + 2)  # about where the text ends
+        lane = 0.15 + 0.3 * (row % 4) / 3  # each sequence its own lane in the gap, below the target row
         for b in table if len(seqs) <= max_arrows_seqs else ():
             px, py = pool_xy(b)
-            arrows.append(dict(x=px + 0.5, y=py, ax=tail, ay=y + 0.5, xref="x", yref="y", axref="x",
+            gy = py - (row_step - 1) * lane
+            shapes.append(dict(type="path", path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
+                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above"))
+            arrows.append(dict(x=px + 0.5, y=py, ax=px + 0.5, ay=gy, xref="x", yref="y", axref="x",
                                ayref="y", showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.2,
-                               arrowcolor=color[sid], opacity=0.5, text=""))
+                               arrowcolor=color[sid], opacity=0.8, text=""))
 
-    for group, (xs, ys, ts, hs) in labels.items():
+    for group, (xs, ys, ts, hs, inks) in labels.items():
         fig.add_trace(go.Scatter(x=xs, y=ys, text=ts, hovertext=hs, mode="text", hoverinfo="text",
                                  textposition="middle right" if group == "tables" else "middle center",
-                                 textfont=dict(size=11), showlegend=False, name=group))
-    for sid in seqs:  # legend entries only
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=str(sid),
-                                 marker=dict(symbol="square", size=12, color=color[sid])))
+                                 textfont=dict(size=12, color="#222222" if group == "tables" else inks),
+                                 showlegend=False, name=group))
+    kinds = [(str(sid), color[sid], "#999999") for sid in seqs]  # legend entries only
+    if any(r > 1 for r in state.refcounts):
+        kinds.append(("shared (x refcount)", SHARED_FILL, SHARED_EDGE))
+    if state.cached and any(not state.refcounts[b] for b in state.cached):
+        kinds.append(("free, content still cached", CACHED, "#bbbbbb"))
+    kinds.append(("free", "white", "#bbbbbb"))
+    for name, fillcolor, edge in kinds:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=12, color=fillcolor, line=dict(color=edge, width=1))))
     heads = [dict(x=max_logical * step / 2, y=1.6, text="logical blocks", showarrow=False),
              dict(x=x_table + 1.2, y=1.6, text="block table", showarrow=False),
              dict(x=x_pool + cols * step / 2, y=2.8, text=f"physical pool ({state.num_blocks} blocks)",
@@ -158,15 +175,32 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
 def fig_event_step(events: Sequence[Event], num_blocks: int, block_size: int, step: int,
                    cols: int = 8) -> go.Figure:
-    """The pool after the first ``step`` events (0: empty), titled with what event ``step`` did.
-    A slider over ``step`` replays a whole run."""
+    """The pool after the first ``step`` events (0: empty), titled with the last event applied.
+
+    Events are numbered from 0, as ``Event.index`` and the printed log number them: ``step = k + 1``
+    shows the pool right after event ``k``. ``event_slider(events)`` labels a slider that way."""
     if not 0 <= step <= len(events):
         raise ValueError(f"step must be in [0, {len(events)}], got {step}")
     state = replay(events, num_blocks, upto=step)
     ev = events[step - 1] if step else None
-    title = f"step {step}/{len(events)}: " + (ev.describe() if ev else "the empty pool")
+    last = len(events) - 1
+    title = (f"after event {ev.index} (of 0–{last}): {ev.describe()}" if ev
+             else f"before event 0 (of 0–{last}): the empty pool")
     return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
                             highlight=ev.block_ids if ev else ())
+
+
+def event_slider(events: Sequence[Event], after: int | None = None):
+    """A slider over a run's log, labelled with the event numbers the printed log shows (0-based);
+    its value is the ``step`` of ``fig_event_step`` (events applied). ``after``: the event shown first."""
+    import ipywidgets as W
+
+    options = [("start", 0)] + [(str(e.index), i + 1) for i, e in enumerate(events)]
+    value = 0 if after is None else after + 1
+    if not 0 <= value <= len(events):
+        raise ValueError(f"after must be an event number in [0, {len(events) - 1}], got {after}")
+    return W.SelectionSlider(options=options, value=value, description="after event",
+                             style={"description_width": "initial"}, layout=W.Layout(width="95%"))
 
 
 def fig_refcounts(state: PoolState | BlockManager, title: str = "Refcount of every physical block"
@@ -220,6 +254,20 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
     return fig
 
 
+def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len: int = 48, block_size: int = 16,
+                           user_len: int = 12) -> str:
+    """One line under the prefix-sharing sliders: what sharing saved, and why not more."""
+    s = prefix_sharing_summary(k, system_len, user_len, block_size)
+    full = system_len // block_size  # only full blocks have a hash, so only they are shared
+    saved = s["blocks_without_sharing"] - s["blocks_with_sharing"]
+    line = (f"{s['blocks_without_sharing']} → <b>{s['blocks_with_sharing']} blocks</b>: the system prompt's "
+            f"{full} full block(s) are stored once instead of {k} times ({saved} saved)")
+    rest = system_len % block_size
+    if rest:
+        line += f"; its last {rest} token(s) share a block with each request's own text, so they are not shared"
+    return line if k > 1 else line + "; one request has nobody to share with"
+
+
 def fig_sharing_vs_block_size(system_len: int = 50, block_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
                               k: int = 8, user_len: int = 12) -> go.Figure:
     """Why bigger blocks share less: only *full* blocks of the shared prefix can be cached, so up to
@@ -269,3 +317,18 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
     return fig_block_tables(bm, block_size, title=title, cols=8)
+
+
+def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6, seed: int = 0,
+                        num_blocks: int = 32) -> str:
+    """One line under the block-table sliders: where the empty slots are, and why."""
+    bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
+    running = bm.seq_ids
+    tokens = sum(bm.num_tokens(s) for s in running)
+    empty = bm.num_used_blocks * block_size - tokens
+    line = (f"{len(running)} running request(s) hold {tokens} tokens in {bm.num_used_blocks} of {num_blocks} blocks: "
+            f"<b>{empty} empty slots</b>, all in last blocks (at most {block_size - 1} per request, so at most "
+            f"{len(running) * (block_size - 1)})")
+    if turned_away:
+        line += f"; {turned_away} turned away: the pool of {num_blocks} × {block_size} slots was full"
+    return line

@@ -44,8 +44,38 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
         if t["num_preempted"]:
             title += f", {t['num_preempted']} preempted"
     touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
-    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
-                            max_arrows_seqs=6)
+    fig = fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
+                           max_arrows_seqs=6)
+    if touched:  # the red outline gets a legend entry like every colour
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"touched in step {step}",
+                                 marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
+    return fig
+
+
+def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int, block_size: int) -> str:
+    """What engine step ``step`` changed in the pool, and why, in one line (from the event log):
+    who was admitted, who grew into a new block, who finished and handed blocks back."""
+    if not 0 <= step < len(timeline):
+        raise ValueError(f"step must be in [0, {len(timeline) - 1}], got {step}")
+    now = [ev for ev in events if ev.clock == step]
+    admitted = [f"{ev.seq_id} ({len(ev.block_ids)} blocks for its {ev.num_tokens}-token prompt)"
+                for ev in now if ev.kind == "allocate"]
+    grew = [ev.seq_id for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
+    freed = [f"{ev.seq_id} ({len(ev.block_ids)} blocks)" for ev in now if ev.kind == "free"]
+    t = timeline[step]
+    parts = [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode"]
+    if admitted:
+        parts.append("admitted " + ", ".join(admitted))
+    if grew:
+        parts.append(f"a full last block → a new block for {', '.join(map(str, grew))}")
+    if freed:
+        parts.append("finished, blocks back to the pool: " + ", ".join(freed))
+    if t["num_preempted"]:
+        parts.append(f"{t['num_preempted']} preempted: the pool had no free block")
+    if len(parts) == 1:
+        parts.append("every sequence wrote into room its last block still had: no block changed hands")
+    return "; ".join(parts) + f" → {t['num_running']} running, {t['num_waiting']} waiting, " \
+        f"{t['kv_usage']:.0%} of the slots hold tokens"
 
 
 def fig_engine_timeline(timeline: Sequence[Mapping], title: str = "What the engine did, step by step") -> go.Figure:
@@ -94,7 +124,7 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
     names = list(tokens_per_s)
     values = [tokens_per_s[n] for n in names]
     fig = go.Figure(go.Bar(x=names, y=values, text=[f"{v:.1f} tok/s ({v / slowest:.1f}x)" for v in values],
-                           textposition="outside", marker_color=["#1f77b4" if n == "paged_lab" else "#7f7f7f"
+                           textposition="outside", marker_color=["#1f77b4" if n.startswith("paged_lab") else "#7f7f7f"
                                                                  for n in names]))
     fig.update_layout(title=title, yaxis_title="tokens / s", yaxis_range=[0, max(values) * 1.25], height=360)
     return fig

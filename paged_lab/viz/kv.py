@@ -12,12 +12,50 @@ from paged_lab.kv_math import (
     ModelSpec,
     as_spec,
     canonical_dtype,
+    dtype_bytes,
     get_spec,
     list_specs,
     plan_capacity,
 )
 
 KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c"}
+K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
+
+
+def fig_token_kv(model: str | ModelSpec = "llama-3.2-1b", dtype: str = "bfloat16") -> go.Figure:
+    """What one token leaves in the KV cache: a K and a V vector per layer and per KV head, each
+    ``head_dim`` numbers. One square per (layer, KV head, K or V); the title multiplies it out."""
+    spec = as_spec(model)
+    width = dtype_bytes(dtype)
+    heads = spec.num_kv_heads
+    cols = [f"K{h}" for h in range(heads)] + [" "] + [f"V{h}" for h in range(heads)]  # a gap between K and V
+    rows = [f"layer {layer}" for layer in range(spec.num_layers)]
+    kind = [[0] * heads + [None] + [1] * heads for _ in rows]  # 0 = K, 1 = V, None = the gap
+    vec = f"{spec.head_dim} numbers × {width} B = {spec.head_dim * width:,} B"
+    hover = [[f"{r}, {'K' if c.startswith('K') else 'V'} of KV head {c[1:]}: {vec}" if c.strip() else ""
+              for c in cols] for r in rows]
+    fig = go.Figure(go.Heatmap(
+        z=kind, x=cols, y=rows, text=hover, hoverinfo="text", showscale=False, xgap=2, ygap=2,
+        colorscale=[[0, K_COLOR], [0.5, K_COLOR], [0.5, V_COLOR], [1, V_COLOR]], zmin=0, zmax=1,
+    ))
+    total = spec.kv_bytes_per_token(dtype)
+    fig.update_layout(
+        title=dict(text=(f"One token of {spec.name} stores 2 × {spec.num_layers} layers × {heads} KV heads × "
+                         f"{spec.head_dim} numbers × {width} B = {total:,} B<br><span style='font-size:13px'>each square: one "
+                         f"KV head's K or V vector in one layer, {vec}</span>"), font=dict(size=15)),
+        height=max(320, 170 + 20 * spec.num_layers),
+        yaxis=dict(autorange="reversed", tickfont=dict(size=12), showgrid=False),
+        xaxis=dict(side="top", tickfont=dict(size=12), showgrid=False),
+        plot_bgcolor="white",
+        margin=dict(t=110, b=40, l=80, r=20),
+        annotations=[
+            dict(x=(heads - 1) / 2, y=-0.1, xref="x", yref="paper", showarrow=False, font=dict(size=13, color=K_COLOR),
+                 text=f"<b>K</b>: {heads} KV heads"),
+            dict(x=heads + 1 + (heads - 1) / 2, y=-0.1, xref="x", yref="paper", showarrow=False,
+                 font=dict(size=13, color=V_COLOR), text=f"<b>V</b>: {heads} KV heads"),
+        ],
+    )
+    return fig
 
 
 def fig_mha_gqa_mqa(model: str | ModelSpec, dtype: str = "bfloat16") -> go.Figure:
@@ -96,14 +134,7 @@ def fig_kv_vs_gpu(
     fig.add_bar(x=labels, y=weights, name="weights", marker_color="#7f7f7f")
     fig.add_bar(x=labels, y=kv_fit, name=f"KV of {num_requests} x {context_len:,} tokens", marker_color="#1f77b4")
     fig.add_bar(x=labels, y=kv_over, name="KV that does not fit", marker_color="#d62728")
-    fig.add_bar(
-        x=labels,
-        y=free,
-        name="free",
-        marker_color="rgba(44,160,44,0.25)",
-        text=[f"fits {n:,} seqs" for n in fits],
-        textposition="inside",
-    )
+    fig.add_bar(x=labels, y=free, name="free", marker_color="rgba(44,160,44,0.25)")
     fig.add_scatter(
         x=labels,
         y=list(gpu_sizes_gb),
@@ -111,44 +142,80 @@ def fig_kv_vs_gpu(
         marker=dict(symbol="line-ew-open", size=40, color="black"),
         name="GPU memory",
     )
+    lift = 0.03 * max(gpu_sizes_gb)  # clear of the card's marker line
+    tops = [max(size, w + k + o) + lift for size, w, k, o in zip(gpu_sizes_gb, weights, kv_fit, kv_over)]
+    fig.add_scatter(  # how many requests of this length fit, in readable type above each bar
+        x=labels, y=tops, mode="text", text=[f"fits {n:,} seqs" for n in fits], textposition="top center",
+        textfont=dict(size=14), showlegend=False, hoverinfo="skip",
+    )
+    top = max(gpu_sizes_gb) * 1.25  # fixed, so bars can be compared while the sliders move
     fig.update_layout(
         barmode="stack",
         title=f"{spec.name} ({canonical_dtype(dtype)}): {need:,.1f} GB of KV for {num_requests} x {context_len:,} tokens",
-        yaxis_title="GB",
-        height=420,
-        legend=dict(orientation="h", y=-0.15),
+        xaxis_title="GPU memory size",
+        yaxis=dict(title="memory (GB)", range=[0, top]),
+        height=440,
+        legend=dict(orientation="h", y=-0.2),
         margin=dict(t=60),
+        font=dict(size=13),
     )
     return fig
 
 
 def capacity_readout(model: str | ModelSpec, dtype: str, context_len: int, num_requests: int,
                      gpu_sizes_gb: Sequence[int] = COMMON_GPU_SIZES_GB) -> str:
-    """One line for the playground: KV needed, and which GPUs hold it beside the weights."""
+    """One line for the playground: what the requests need, and what that means on each card."""
     spec = as_spec(model)
     need = spec.kv_bytes(num_requests * context_len, dtype)
-    fits = [s for s in gpu_sizes_gb if plan_capacity(spec, s * GB, context_len, dtype).max_seqs >= num_requests]
-    where = ", ".join(f"{s} GB" for s in fits) if fits else "none of these GPUs"
-    return (
-        f"<b>{spec.name}</b>, {canonical_dtype(dtype)}: {spec.kv_bytes_per_token(dtype):,} B/token x "
-        f"{num_requests} x {context_len:,} tokens = <b>{need / GB:,.2f} GB</b> of KV; fits beside the weights on: {where}"
-    )
+    plans = {s: plan_capacity(spec, s * GB, context_len, dtype) for s in gpu_sizes_gb}
+    fits = [s for s, p in plans.items() if p.max_seqs >= num_requests]
+    short = [(s, p.max_seqs) for s, p in plans.items() if p.max_seqs < num_requests]
+    head = (f"<b>{num_requests} × {context_len:,} tokens</b> × {spec.kv_bytes_per_token(dtype):,} B/token "
+            f"({canonical_dtype(dtype)}) = <b>{need / GB:,.2f} GB</b> of KV")
+    if not fits:
+        return f"{head} → no card here holds it beside {spec.weight_bytes() / GB:,.1f} GB of weights"
+    why = f" → holds them beside the weights from <b>{fits[0]} GB</b> up"
+    if short:
+        s, n = short[-1]
+        why += f"; on {s} GB only {n:,} fit" if n else f"; on {s} GB none fit"
+    return head + why
 
 
-def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> go.Figure:
-    """The catalogue as a table: shapes, attention kind, bytes per token, and a context's worth of KV."""
+class _MarkdownTable:
+    """A small table that Jupyter shows as a table (and ``print`` as Markdown)."""
+
+    def __init__(self, header: Sequence[str], rows: Sequence[Sequence[object]]):
+        self.header, self.rows = list(header), [list(r) for r in rows]
+
+    def _repr_markdown_(self) -> str:
+        lines = ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        lines += ["| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in r) + " |" for r in self.rows]
+        return "\n".join(lines)
+
+    __str__ = _repr_markdown_
+
+
+def measurement_table(measured: dict, formula_bytes: int) -> _MarkdownTable:
+    """``models.measure_kv_cache``'s result beside the formula, as a table (not a dict dump)."""
+    rows = [
+        ("tokens in the prompt", measured["num_tokens"]),
+        ("K and V tensors (2 per layer)", measured["num_tensors"]),
+        ("one tensor's shape [batch, KV heads, tokens, head_dim]", " × ".join(map(str, measured["shape"]))),
+        ("number type", measured["dtype"]),
+        ("bytes measured in those tensors", measured["total_bytes"]),
+        ("bytes the formula predicts (tokens × bytes per token)", formula_bytes),
+        ("bytes per token, measured", measured["bytes_per_token"]),
+    ]
+    return _MarkdownTable(("", "value"), rows)
+
+
+def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> _MarkdownTable:
+    """The catalogue as a table (Markdown, so it takes the height of its rows and no more): shapes,
+    attention kind, bytes per token, and a context's worth of KV."""
     specs = [get_spec(m) for m in list_specs()]
-    cols = {
-        "model": [s.name for s in specs],
-        "layers": [s.num_layers for s in specs],
-        "q heads": [s.num_heads for s in specs],
-        "KV heads": [s.num_kv_heads for s in specs],
-        "head dim": [s.head_dim for s in specs],
-        "kind": [s.attention_kind for s in specs],
-        "params (B)": [f"{s.num_params / 1e9:.2f}" for s in specs],
-        f"KiB/token ({canonical_dtype(dtype)})": [f"{s.kv_bytes_per_token(dtype) / 1024:g}" for s in specs],
-        f"GiB per {context_len:,} tokens": [f"{s.kv_bytes(context_len, dtype) / 2**30:.3f}" for s in specs],
-    }
-    fig = go.Figure(go.Table(header=dict(values=list(cols)), cells=dict(values=list(cols.values()))))
-    fig.update_layout(height=80 + 28 * len(specs), margin=dict(l=10, r=10, t=10, b=10))
-    return fig
+    header = ("model", "layers", "query heads", "KV heads", "head_dim", "kind", "params (B)",
+              f"KiB per token ({canonical_dtype(dtype)})", f"GiB per {context_len:,} tokens")
+    rows = [(s.name, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.attention_kind,
+             f"{s.num_params / 1e9:.2f}", f"{s.kv_bytes_per_token(dtype) / 1024:g}",
+             f"{s.kv_bytes(context_len, dtype) / 2**30:.3f}") for s in specs]
+    return _MarkdownTable(header, rows)

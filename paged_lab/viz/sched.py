@@ -204,40 +204,63 @@ def locker_playground(A: int = 9, B: int = 6, C: int = 12, D: int = 8, E: int = 
                        title=f"Round {step + 1}: luggage A-F = {(A, B, C, D, E, F)}, {sum((A, B, C, D, E, F))} in all")
 
 
+PLAYGROUND_PROMPT, PLAYGROUND_OUTPUT = (16, 64), (8, 64)  # token ranges of the batching playground's requests
+
+
 def batching_runs(num_requests: int = 40, windows: int = 8, num_blocks: int = 64, block_size: int = 16,
                   seed: int = 0, preemption: str = "recompute"):
     """A uniform workload (prompt 16-64, output 8-64 tokens) under static and continuous batching
     over the same paged pool: ``{"static": SimResult, "continuous": SimResult}``."""
-    wl = workloads.uniform(num_requests, prompt_len=(16, 64), output_len=(8, 64), seed=seed)
+    wl = workloads.uniform(num_requests, prompt_len=PLAYGROUND_PROMPT, output_len=PLAYGROUND_OUTPUT, seed=seed)
     return {mode: simulate(wl, paged(num_blocks, block_size),
                            {"max_num_seqs": windows, "mode": mode, "preemption": preemption})
             for mode in ("static", "continuous")}
 
 
+MODE_COLORS = {"static": "#ff7f0e", "continuous": "#1f77b4"}
+# Preemption marks: a darker shade and its own symbol per mode, so the two runs' marks never look alike.
+PREEMPT_MARKS = {"static": dict(symbol="x", color="#8c3d00"), "continuous": dict(symbol="diamond", color="#0b3d6b")}
+
+
+def nice_ceil(x: float) -> int:
+    """The smallest of 10, 20, 50, 100, 200, 500, ... that is >= ``x``: an axis end that stays put
+    while a slider nudges the data (290 and 444 steps both get an axis to 500)."""
+    if x < 0:
+        raise ValueError(f"x must be >= 0, got {x}")
+    top, scale = 10, 0
+    while top < x:
+        scale = scale % 3 + 1  # 10 -> 20 -> 50 -> 100: x2, x2.5, x2
+        top = top * 5 // 2 if scale == 2 else top * 2
+    return top
+
+
 def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: int = 64,
                         block_size: int = 16, seed: int = 0) -> go.Figure:
-    """Running requests and KV usage per step, static vs continuous, with preemptions marked."""
+    """Running requests and KV usage per step, static vs continuous, with each run's preemptions marked."""
     runs = batching_runs(num_requests, windows, num_blocks, block_size, seed)
-    fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("running requests", "KV usage % (x = preemption)"))
-    for (mode, r), color in zip(runs.items(), ("#ff7f0e", "#1f77b4")):
-        t = r.timeline
-        fig.add_trace(go.Scatter(x=t["step"], y=t["running"], name=f"{mode}: {r.makespan} steps",
+    fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("requests running (at most one per window)", "KV pool in use (%)"))
+    for mode, r in runs.items():
+        t, color = r.timeline, MODE_COLORS[mode]
+        fig.add_trace(go.Scatter(x=t["step"], y=t["running"], name=f"{mode} batching: {r.makespan} steps",
                                  line=dict(color=color), legendgroup=mode), row=1, col=1)
         fig.add_trace(go.Scatter(x=t["step"], y=[100 * u for u in t["kv_usage"]], showlegend=False,
                                  line=dict(color=color), legendgroup=mode), row=2, col=1)
         pre = [i for i, p in enumerate(t["preempted"]) if p]
         fig.add_trace(go.Scatter(x=pre, y=[100 * t["kv_usage"][i] for i in pre], mode="markers",
-                                 marker=dict(symbol="x", color="#d62728", size=8), showlegend=False,
-                                 legendgroup=mode), row=2, col=1)
+                                 marker=dict(size=9, **PREEMPT_MARKS[mode]),
+                                 name=f"{mode}: preemption ({r.summary['num_preemptions']})"),
+                      row=2, col=1)
     s, c = runs["static"].summary, runs["continuous"].summary
     rej = f", {s['num_rejected']} rejected (too large for the pool)" if s["num_rejected"] else ""
-    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, pool {num_blocks} x {block_size} slots<br>"
-                             f"static {s['makespan']} vs continuous {c['makespan']} steps; preemptions "
-                             f"{s['num_preemptions']} / {c['num_preemptions']}{rej}"),
-                      height=560, margin=dict(t=115, b=40))  # two title lines: one would be clipped at 700 px
-    fig.update_yaxes(range=[0, 105], row=2, col=1)
-    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, a pool of {num_blocks} blocks × {block_size} "
+                             f"tokens<br>static {s['makespan']} vs continuous {c['makespan']} steps{rej}"),
+                      height=560, margin=dict(t=115, b=40), legend=dict(orientation="h", y=-0.14))
+    # Fixed axes: a slider move changes the curves, not the scale they are read against.
+    fig.update_yaxes(range=[0, windows * 1.05], title_text="requests", row=1, col=1)
+    fig.update_yaxes(range=[0, 105], title_text="% of slots", row=2, col=1)
+    fig.update_xaxes(range=[0, nice_ceil(max(s["makespan"], c["makespan"]))])
+    fig.update_xaxes(title_text="engine step", row=2, col=1)
     return fig
 
 
@@ -250,8 +273,23 @@ def locker_readout(fig: go.Figure, A: int, B: int, C: int, D: int, E: int, F: in
             f"old manager reserves {reservation} in a row · Ah-Ye's blocks hold {block_size}")
 
 
-def batching_readout(fig: go.Figure, num_requests: int, windows: int, num_blocks: int, block_size: int,
+def batching_readout(fig: go.Figure | None, num_requests: int, windows: int, num_blocks: int, block_size: int,
                      seed: int = 0) -> str:
-    """One line under the batching sliders (changes with every slider)."""
-    return (f"{num_requests} requests · {windows} windows · pool {num_blocks} blocks × {block_size} = "
-            f"{num_blocks * block_size:,} token slots")
+    """What the sliders' setting did, and why: static vs continuous steps, and whether the pool
+    covers every window's longest request (else: preemptions)."""
+    runs = batching_runs(num_requests, windows, num_blocks, block_size, seed)
+    s, c = runs["static"].summary, runs["continuous"].summary
+    longest = PLAYGROUND_PROMPT[1] + PLAYGROUND_OUTPUT[1]
+    need = windows * -(-longest // block_size)
+    slower = s["makespan"] / c["makespan"] - 1 if c["makespan"] else 0.0
+    text = (f"continuous batching needs {c['makespan']} steps, static {s['makespan']} ({slower:.0%} more): "
+            "static refills its windows only when a whole batch is done. ")
+    pool = f"The pool ({num_blocks} × {block_size} = {num_blocks * block_size:,} token slots)"
+    if num_blocks < need:
+        text += (f"{pool} holds fewer blocks than {windows} windows of {longest}-token requests need ({need}) "
+                 f"→ {c['num_preemptions']} preemptions (continuous), {s['num_preemptions']} (static).")
+    else:
+        text += f"{pool} covers {windows} windows of {longest}-token requests ({need} blocks) → no preemption."
+    if s["num_rejected"]:
+        text += f" {s['num_rejected']} requests are larger than the whole pool and are rejected."
+    return text

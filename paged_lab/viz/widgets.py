@@ -13,7 +13,8 @@ from __future__ import annotations
 import html
 import json
 import sys
-from collections.abc import Callable, Mapping
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -21,6 +22,10 @@ import plotly.graph_objects as go
 from paged_lab import i18n
 
 READOUT_CLASS = "paged-lab-readout"
+# A 17 px title line holds about 90 characters in a 900 px figure: Colab's output area is that
+# narrow, JupyterLab's at a 1280 px window is wider. Longer titles are wrapped, not clipped.
+TITLE_CHARS = 90
+TITLE_LINE_PX = 24  # one title line, with its leading
 
 
 def in_colab() -> bool:
@@ -48,6 +53,35 @@ def figure_bundle(fig: go.Figure) -> dict[str, Any]:
     }
 
 
+def wrap_title(text: str, max_chars: int = TITLE_CHARS) -> str:
+    """``text`` with a ``<br>`` at a word boundary wherever a line would pass ``max_chars``.
+
+    Existing ``<br>`` breaks are kept; a single word longer than ``max_chars`` stays whole."""
+    if max_chars < 10:
+        raise ValueError(f"max_chars must be >= 10 (a title line of a few words), got {max_chars}")
+    lines = []
+    for part in text.split("<br>"):
+        lines.extend(textwrap.wrap(part, max_chars, break_long_words=False, break_on_hyphens=False) or [""])
+    return "<br>".join(lines)
+
+
+def fit_to_output(fig: go.Figure, max_chars: int = TITLE_CHARS) -> go.Figure:
+    """Make ``fig`` take the output's full width and keep its title whole (changes ``fig``, returns it).
+
+    A fixed ``layout.width`` is dropped (the figure then sizes itself to its output area); a long
+    title is wrapped (``wrap_title``) and the top margin grows to hold every line above the plot."""
+    fig.layout.width = None
+    fig.layout.autosize = True
+    text = fig.layout.title.text
+    if text:
+        wrapped = wrap_title(text, max_chars)
+        fig.layout.title.text = wrapped
+        need = 50 + TITLE_LINE_PX * (wrapped.count("<br>") + 1)  # 50: padding and subplot titles
+        if fig.layout.margin.t is not None and fig.layout.margin.t < need:
+            fig.layout.margin.t = need
+    return fig
+
+
 def _check_args(make_figure, controls, readout, fixed) -> None:
     if not callable(make_figure):
         raise TypeError(f"make_figure must be a function returning a plotly Figure, got {type(make_figure).__name__}")
@@ -73,8 +107,11 @@ def interactive(
     """Wire ipywidgets ``controls`` to ``make_figure(**values, **fixed)`` and return a displayable box.
 
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
-    the class ``paged-lab-readout``). On Colab, or with ``use_figure_widget=False``, the figure is
-    re-drawn as a plain figure inside an ``Output`` widget, since FigureWidget is unreliable there.
+    the class ``paged-lab-readout``). By default (and on Colab, where FigureWidget is
+    unreliable) the figure is re-drawn as a plain figure inside an ``Output`` widget: the front end's
+    plotly renderer sizes it to the output's full width. ``use_figure_widget=True`` keeps a plotly
+    FigureWidget instead, which plotly 6+ (an anywidget) draws at a fixed 700 px and never resizes.
+    Every figure goes through ``fit_to_output``: full output width, titles wrapped rather than clipped.
     The returned box has ``.figure`` (the FigureWidget, or None in the fallback), ``.view`` (the
     widget that shows the figure: the FigureWidget or the Output), ``.readout`` and ``.refresh()``,
     which re-draws from the controls' current values and returns the Figure.
@@ -86,19 +123,20 @@ def interactive(
 
     fixed = dict(fixed or {})
     _check_args(make_figure, controls, readout, fixed)
-    if use_figure_widget is None:
-        use_figure_widget = not in_colab()
+    if use_figure_widget is None:  # the plain figure everywhere: full width in JupyterLab, works on Colab
+        use_figure_widget = False
 
     def draw() -> go.Figure:
         fig = make_figure(**_values(controls), **fixed)
         if not isinstance(fig, go.Figure):
             raise TypeError(f"make_figure must return a plotly Figure, got {type(fig).__name__}")
-        return fig
+        return fit_to_output(fig)
 
     first = draw()
     readout_w = W.HTML()
     readout_w.add_class(READOUT_CLASS)
-    view = go.FigureWidget(i18n.figure(first)) if use_figure_widget else W.Output()
+    full_width = W.Layout(width="100%")
+    view = go.FigureWidget(i18n.figure(first)) if use_figure_widget else W.Output(layout=full_width)
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
@@ -129,7 +167,46 @@ def interactive(
         w.description = i18n.t(w.description)
         w.observe(refresh, names="value")
     show(first, redraw=not use_figure_widget)
-    box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view])
+    # The box spans the output area, so the figure inside it sizes itself to the full width.
+    box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view],
+                 layout=full_width)
     box.figure = view if use_figure_widget else None
     box.view, box.readout, box.refresh = view, readout_w, refresh
     return box
+
+
+class Table:
+    """Rows shown as a table: HTML in Jupyter, Markdown elsewhere (``str``), never a dict dump."""
+
+    def __init__(self, header: list[str], rows: list[list[Any]]):
+        self.header, self.rows = header, rows
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                       for row in self.rows)
+        return f"<table class='paged-lab-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def _repr_markdown_(self) -> str:
+        lines = ["| " + " | ".join(map(str, self.header)) + " |", "|" + "---|" * len(self.header)]
+        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+    __str__ = _repr_markdown_
+
+
+def table(rows: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]], index: str | None = None) -> Table:
+    """A ``Table`` from a list of dicts (one row each; the first dict's keys are the columns), or from
+    ``{row label: dict}`` with the label in a first column named ``index``."""
+    if isinstance(rows, Mapping):
+        if index is None:
+            raise ValueError("index must name the first column when rows is a {label: row} dict")
+        rows = [{index: label, **row} for label, row in rows.items()]
+    rows = list(rows)
+    if not rows:
+        raise ValueError("rows must hold at least one row")
+    header = list(rows[0])
+    missing = [i for i, r in enumerate(rows) if list(r) != header]
+    if missing:
+        raise ValueError(f"rows {missing} have other columns than the first row's {header}")
+    return Table(header, [[r[h] for h in header] for r in rows])

@@ -5,7 +5,8 @@ For each notebook in ``notebooks/`` (found by glob, so a new notebook joins auto
   (stderr output such as tqdm's progress bars is not an error) and no widget failed to display;
 - asserts every plotly figure drew data;
 - in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``), moves each slider
-  with the keyboard and asserts the figure's data and the readout change;
+  with the keyboard and asserts the figure's data and the readout change, and, before and after the
+  moves, that the figure spans the output area's width and its title is drawn whole (not clipped);
 - in at least one quiz per series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
   clicks one wrong and one right choice and checks what the learner is told after each;
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
@@ -97,6 +98,39 @@ SNAPSHOT = """(box) => {
     readout: box.querySelector('.paged-lab-readout').innerText,
   };
 }"""
+
+
+# Where an interactive box's figure and its title sit, against the output area that holds the box.
+GEOMETRY = """(box) => {
+  const output = box.closest('.jp-OutputArea-output') || box.parentElement;
+  const svg = box.querySelector('.js-plotly-plot .main-svg');
+  if (!svg) return null;
+  const frame = svg.getBoundingClientRect();
+  const title = box.querySelector('.js-plotly-plot .gtitle');
+  const t = title && title.textContent ? title.getBoundingClientRect() : null;
+  return {outputWidth: output.getBoundingClientRect().width, figure: {left: frame.left, right: frame.right,
+          top: frame.top, width: frame.width},
+          title: t && {text: title.textContent, left: t.left, right: t.right, top: t.top}};
+}"""
+
+# The figure may leave this share of the output area's width unused (padding and scrollbars).
+MIN_WIDTH_SHARE = 0.9
+
+
+def _check_fits(box, where: str) -> None:
+    """The box's figure spans the output area's width, and its title lies inside the figure (SVG
+    clips what is outside: 07's title once read "... 3 waitin")."""
+    g = box.evaluate(GEOMETRY)
+    assert g is not None, f"{where}: no drawn figure in the box"
+    fig, out = g["figure"], g["outputWidth"]
+    assert fig["width"] >= MIN_WIDTH_SHARE * out, (
+        f"{where}: the figure is {fig['width']:.0f} px wide in an output area of {out:.0f} px "
+        f"(at least {MIN_WIDTH_SHARE:.0%} expected)")
+    t = g["title"]
+    if t is not None:
+        inside = t["left"] >= fig["left"] - 1 and t["right"] <= fig["right"] + 1 and t["top"] >= fig["top"] - 1
+        assert inside, (f"{where}: the title {t['text']!r} is clipped: it spans x {t['left']:.0f}-{t['right']:.0f}, "
+                        f"top {t['top']:.0f}, in a figure at x {fig['left']:.0f}-{fig['right']:.0f}, top {fig['top']:.0f}")
 
 
 def _kernel_pid(kernel_id: str) -> int:
@@ -256,6 +290,8 @@ def _move_sliders(page, path, artifacts_dir) -> None:
         box = readouts.nth(b).locator("xpath=..")  # interactive() puts the readout right in its VBox
         box.scroll_into_view_if_needed()
         has_readout = bool(box.evaluate(SNAPSHOT)["readout"].strip())
+        where = f"{path.name}, interactive box {b}"
+        _check_fits(box, where)
         moves = []  # (control, figure changed, readout changed)
         handles = box.locator(".noUi-handle")  # ipywidgets 8 sliders: noUi handles, not <input type=range>
         for h in range(handles.count()):
@@ -278,7 +314,7 @@ def _move_sliders(page, path, artifacts_dir) -> None:
             moves.append((f"dropdown {label!r}", after["figure"] != before["figure"], after["readout"] != before["readout"]))
         box.screenshot(path=str(artifacts_dir / f"{path.stem}-box{b}.png"))
 
-        where = f"{path.name}, interactive box {b}"
+        _check_fits(box, where + " (after the moves)")
         dead = [name for name, fig, text in moves if not (fig or text)]
         assert not dead, f"{where}: moving {dead} changed neither the figure nor the readout"
         if handles.count():

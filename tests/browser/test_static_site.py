@@ -47,6 +47,7 @@ def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
     page_path.write_text(site.to_html(site.execute(path, timeout=120), [path.name]))
     text = page_path.read_text()
     assert "application/vnd.jupyter.widget-state+json" in text  # the widget state is kept
+    assert site.plotlyjs_copies(text) == 1  # one plotly.js for the page, none inside the saved FigureWidget
 
     page = browser.new_page()
     page.goto(page_path.as_uri(), wait_until="load")

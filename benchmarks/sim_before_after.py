@@ -1,0 +1,85 @@
+"""simulate() of this checkout against another one, in one process, runs alternating.
+
+A refactor must report its speed before and after. Run one after the other, two checkouts see
+different machine load (this project's machines are small and shared); alternating the runs inside
+one process lets the load hit both alike. The other checkout's ``paged_lab`` is copied into a
+temporary folder under the name ``paged_lab_before`` (its imports renamed), so both can be loaded.
+
+    git worktree add --detach /tmp/before <commit>
+    .venv/bin/python benchmarks/sim_before_after.py /tmp/before            # 1,000 requests
+    .venv/bin/python benchmarks/sim_before_after.py /tmp/before -n 10000 --repeats 5
+
+Workload as ``benchmarks/sim_speed.py``: prompts 16-64 tokens, outputs 8-64, all at step 0,
+``max_num_seqs=256``, a pool of 2,048 blocks x 16 slots. Prints CPU time per generated token
+(median) and after/before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import paged_lab.sched as after
+
+
+def load_before(checkout: Path):
+    """The other checkout's ``paged_lab.sched``, imported as ``paged_lab_before.sched``."""
+    src = checkout / "paged_lab"
+    if not (src / "sched").is_dir():
+        raise SystemExit(f"checkout: {checkout} has no paged_lab/sched (give the root of a paged-lab checkout)")
+    tmp = Path(tempfile.mkdtemp(prefix="paged_lab_before_"))
+    dst = tmp / "paged_lab_before"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
+    for py in dst.rglob("*.py"):
+        py.write_text(re.sub(r"\bpaged_lab\b", "paged_lab_before", py.read_text()))
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("paged_lab_before.sched"), importlib.import_module("paged_lab_before.memory")
+
+
+def cpu_seconds(sched_mod, make_allocator, workload) -> float:
+    allocator = make_allocator(sched_mod)
+    gc.collect()
+    t0 = time.process_time()
+    sched_mod.simulate(workload, allocator, {"max_num_seqs": 256})
+    return time.process_time() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkout", type=Path, help="root of the 'before' checkout (e.g. a git worktree)")
+    ap.add_argument("-n", "--requests", type=int, default=1_000)
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    before, before_memory = load_before(args.checkout)
+    from paged_lab.memory import BlockManager
+
+    variants = {
+        "paged, no event log": (lambda m: m.paged(2048, 16), None),
+        "paged, event log on": (lambda m: before_memory.BlockManager(2048, 16), lambda m: BlockManager(2048, 16)),
+        "contiguous (max_seq_len 128)": (lambda m: m.ContiguousAllocator(2048 * 16, 128), None),
+    }
+    print(f"{args.requests:,} requests, median of {args.repeats} alternating runs (CPU time)")
+    for label, (make_before, make_after) in variants.items():
+        make_after = make_after or make_before
+        workloads = {m: m.workloads.uniform(args.requests, prompt_len=(16, 64), output_len=(8, 64), seed=0)
+                     for m in (before, after)}
+        times = {before: [], after: []}
+        for _ in range(args.repeats):
+            times[before].append(cpu_seconds(before, make_before, workloads[before]))
+            times[after].append(cpu_seconds(after, make_after, workloads[after]))
+        tokens = sum(r.max_tokens for r in workloads[after])
+        t_before, t_after = statistics.median(times[before]), statistics.median(times[after])
+        print(f"  {label:30s} before {1e6 * t_before / tokens:6.2f} us/token   after {1e6 * t_after / tokens:6.2f}"
+              f"   after/before {t_after / t_before:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

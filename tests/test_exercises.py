@@ -1,0 +1,240 @@
+"""paged_lab.exercises (the check) and scripts/make_exercises.py (the learner copies, via `make exercises`)."""
+
+import ast
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from paged_lab import exercises
+from paged_lab.exercises import EXERCISES, check, solution
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00"))
+
+
+def tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
+
+
+# ---------------------------------------------------------------- check()
+
+
+def test_a_right_function_passes():
+    def blocks_needed(n_tokens, block_size):
+        return -(-n_tokens // block_size)
+
+    result = check(blocks_needed)
+    assert result.passed and bool(result) and result.text.startswith("✓ blocks_needed")
+    assert "def " not in str(result)  # no solution unless asked
+
+
+def test_a_wrong_function_gets_the_smallest_counterexample():
+    def blocks_needed(n_tokens, block_size):  # right on the fixed cases, wrong from 101 tokens on
+        right = -(-n_tokens // block_size)
+        return right + 1 if n_tokens > 100 else right
+
+    result = check(blocks_needed)
+    assert not result.passed
+    assert "smallest generated input" in result.text
+    assert "blocks_needed(n_tokens=101, block_size=1)" in result.text  # shrunk to the boundary
+    assert "expected: 101" in result.text and "yours:    102" in result.text
+    assert "Hint: round up" in result.text
+
+
+def test_a_fixed_case_is_reported_before_any_generated_one():
+    def slot_for(pos, block_table, block_size):
+        return block_table[pos // block_size] + pos % block_size  # forgot x block_size
+
+    text = check(slot_for).text
+    assert "a fixed case" in text and "slot_for(pos=0, block_table=[7], block_size=4)" in text
+    assert "expected: 28" in text and "yours:    7" in text
+
+
+def test_errors_are_feedback_not_tracebacks():
+    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):
+        return 1 / 0
+
+    text = check(admit).text
+    assert "raised ZeroDivisionError: division by zero" in text and "Traceback" not in text
+
+    def preempt(running, free_blocks, block_size):
+        raise NotImplementedError("write it")
+
+    text = check(preempt).text
+    assert text.startswith("✗ preempt: not written yet") and "write it" in text and "Hint:" in text
+
+
+def test_the_solution_only_when_asked():
+    def slot_for(pos, block_table, block_size):
+        return 0
+
+    assert check(slot_for).solution is None and "block_table[pos // block_size]" not in str(check(slot_for))
+    asked = check(slot_for, show_solution=True)
+    assert "block_table[pos // block_size] * block_size" in str(asked) and not asked.passed
+    assert "paged_lab.memory.block_manager.slot_for" in solution("slot_for")
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_every_solution_can_be_shown(name):
+    assert solution(name).startswith("Solution: the package's own code")
+
+
+def test_a_function_that_mutates_its_input_cannot_fool_the_grader():
+    def append_token(block_table, num_tokens, free_blocks, block_size):
+        block_table.append(free_blocks.pop(0))  # wrong when the last block is not full
+        return block_table
+
+    assert not check(append_token).passed
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="exercise must be one of"):
+        check(lambda x: x)
+    assert "pass the function itself" in check(3, exercise="slot_for").text
+    with pytest.raises(ValueError, match="name must be one of"):
+        solution("nope")
+
+
+def test_html_and_text_renderings():
+    def blocks_needed(n_tokens, block_size):
+        return "<b>"
+
+    result = check(blocks_needed)
+    html = result._repr_html_()
+    assert exercises.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
+    assert repr(result) == "Result('blocks_needed', passed=False)"
+
+
+# ---------------------------------------------------------------- the notebooks and their learner copies
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_each_notebook_has_graded_exercises(path):
+    nb = nbformat.read(path, as_version=4)
+    solutions = [c for c in nb.cells if "solution" in tags(c)]
+    checks = [c for c in nb.cells if "check" in tags(c)]
+    assert len(solutions) >= 2 and len(checks) == len(solutions), path.name
+    for c in checks:
+        name = re.search(r"\bcheck\((\w+)\)", c.source).group(1)
+        assert name in EXERCISES and "assert result, result.text" in c.source
+    summary = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## Summary"))
+    section = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## Do it yourself"))
+    assert section < nb.cells.index(solutions[0]) < nb.cells.index(checks[-1]) < summary
+
+
+@pytest.fixture(scope="module")
+def learner_copies(tmp_path_factory):
+    """`make exercises` into a temporary folder (the venv stamp is skipped: this interpreter runs it)."""
+    out = tmp_path_factory.mktemp("exercises")
+    if shutil.which("make"):
+        cmd = ["make", "-s", "-C", str(ROOT), "exercises", f"PY={sys.executable}", "STAMP=", f"EXERCISES_OUT={out}"]
+    else:
+        cmd = [sys.executable, str(ROOT / "scripts" / "make_exercises.py"), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def _body_lines(source):
+    """The lines a learner must not see: every function body of a solution cell, docstring excepted."""
+    lines = source.split("\n")
+    out = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+            out += [ln.strip() for ln in lines[body[0].lineno - 1:node.end_lineno] if ln.strip()]
+    return out
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_no_solution_leaks_into_the_learner_copy(path, learner_copies):
+    original = nbformat.read(path, as_version=4)
+    copy = nbformat.read(learner_copies / path.name, as_version=4)
+    assert [c.id for c in copy.cells] == [c.id for c in original.cells]
+    text = "\n".join(c.source for c in copy.cells)
+    for cell in original.cells:
+        if "solution" in tags(cell):
+            for line in _body_lines(cell.source):
+                assert line not in text, f"{path.name}: the solution line {line!r} is in the learner copy"
+    stubs = [c.source for c in copy.cells if "solution" in tags(c)]
+    assert all("...\n" in s and "raise NotImplementedError(" in s for s in stubs)
+    assert not any("assert result" in c.source for c in copy.cells if "check" in tags(c))
+    assert all(c.get("outputs", []) == [] for c in copy.cells)
+
+
+@pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
+def test_every_check_fails_on_the_stub_with_a_helpful_message(path, learner_copies, tmp_path):
+    """The learner copy's exercise cells, run as a script: each check reports, nothing crashes."""
+    copy = nbformat.read(learner_copies / path.name, as_version=4)
+    cells = [c for c in copy.cells if c.cell_type == "code" and {"exercise", "solution", "check"} & set(tags(c))]
+    parts = ["RESULTS = []"]
+    for c in cells:
+        parts.append(c.source)
+        if "check" in tags(c):
+            parts.append("RESULTS.append(result)")
+    script = tmp_path / f"{path.stem}_exercises.py"  # a file: @triton.jit reads its kernel's source
+    script.write_text("\n\n".join(parts) + "\n")
+    results = runpy.run_path(str(script))["RESULTS"]
+    assert len(results) == len([c for c in cells if "check" in tags(c)]) >= 2
+    for r in results:
+        assert not r.passed and r.text.startswith(f"✗ {r.exercise}: not written yet"), r.text
+        assert "Hint: " in r.text and "Traceback" not in r.text
+
+
+def test_copies_are_not_collected_by_pytest(learner_copies):
+    conftest = runpy.run_path(str(ROOT / "notebooks" / "conftest.py"))
+    assert {"exercises/*", "*/exercises/*"} <= set(conftest["collect_ignore_glob"])
+    assert "notebooks/exercises/" in (ROOT / ".gitignore").read_text().split("\n")
+
+
+def _make_exercises():
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("make_exercises", ROOT / "scripts" / "make_exercises.py")
+    mod = module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_translation_folder_gets_its_own_copies(tmp_path, monkeypatch, capsys):
+    mod = _make_exercises()
+    series = tmp_path / "notebooks"
+    (series / "zh-TW").mkdir(parents=True)
+    for folder in (series, series / "zh-TW"):
+        shutil.copy(SERIES[2], folder / SERIES[2].name)
+    monkeypatch.setattr(mod, "NOTEBOOKS", series)
+    assert mod.main([]) == 0
+    assert (series / "exercises" / SERIES[2].name).exists() and (series / "zh-TW" / "exercises" / SERIES[2].name).exists()
+    assert not (series / "exercises" / "exercises").exists()
+
+
+def test_stub_keeps_signature_and_docstring():
+    mod = _make_exercises()
+    src = 'X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    return a + b\n\n\ndef g():\n    return 2'
+    stub = mod.stub_source(src, "slot_for")
+    assert stub.startswith('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    ...\n    raise NotImplementedError(')
+    assert "return" not in stub and "write g(): " + EXERCISES["slot_for"].hint[:20] in stub
+    assert mod.one_level_down("[a](02_x.ipynb) [b](../docs/x.md) [c](https://x.org) [d](#top)") == (
+        "[a](../02_x.ipynb) [b](../../docs/x.md) [c](https://x.org) [d](#top)")
+
+
+def test_readme_and_index_say_where_the_exercises_are():
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("sync_badges_for_exercises", ROOT / "scripts" / "sync_badges.py")
+    sync = module_from_spec(spec)
+    sys.modules[spec.name] = sync  # (its dataclasses look their module up there)
+    spec.loader.exec_module(sync)
+    table = (ROOT / "README.md").read_text().split(sync.TABLE_START)[1].split(sync.TABLE_END)[0]
+    assert "| Do it yourself |" in table.split("\n")[1]
+    for path in SERIES:
+        row = next(line for line in table.split("\n") if f"(notebooks/{path.name})" in line)
+        names = sync.describe(path).exercises
+        assert len(names) >= 2 and row.endswith(" | " + "<br>".join(f"`{n}`" for n in names) + " |")
+    index = nbformat.read(ROOT / "notebooks" / "00_index.ipynb", as_version=4)
+    assert any("`exercises/`" in c.source and "make exercises" in c.source for c in index.cells)
