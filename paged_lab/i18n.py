@@ -70,21 +70,25 @@ def catalogue(language: str = "zh-TW") -> dict:
 
 
 @cache
-def _templates(language: str) -> list[tuple[re.Pattern, re.Pattern, str]]:
-    """(shortest parts, longest parts, translation) per template key; the longest fixed text first,
-    so the most specific template wins."""
+def _templates(language: str) -> list[tuple[re.Pattern, re.Pattern, str, tuple[str, ...]]]:
+    """(shortest parts, longest parts, translation, fixed texts) per template key; the longest fixed
+    text first, so the most specific template wins."""
     out = []
     for key, value in catalogue(language)["strings"].items():
         if "{}" in key:
             parts = [re.escape(p) for p in key.split("{}")]
             lazy, greedy = ("^" + g.join(parts) + "$" for g in ("(.+?)", "(.+)"))
-            out.append((re.compile(lazy, re.S), re.compile(greedy, re.S), value))
+            fixed = tuple(p.strip() for p in key.split("{}") if p.strip() not in ("", ",", "."))
+            out.append((re.compile(lazy, re.S), re.compile(greedy, re.S), value, fixed))
     out.sort(key=lambda kv: -len(kv[0].pattern))
     return out
 
 
-def _balanced(parts: tuple[str, ...]) -> bool:
-    return all(p.count("(") == p.count(")") and p.count("[") == p.count("]") for p in parts)
+def _doubt(m: re.Match, fixed: tuple[str, ...]) -> tuple[int, int]:
+    """How suspicious a split is: parts with unbalanced brackets, parts holding the template's own text."""
+    parts = m.groups()
+    unbalanced = sum(p.count("(") != p.count(")") or p.count("[") != p.count("]") for p in parts)
+    return unbalanced, sum(any(f in p for f in fixed) for p in parts)
 
 
 def needs_translation(text: str) -> bool:
@@ -127,14 +131,21 @@ def _unwrapped(text: str, most: int = 4) -> list[str]:
     return out
 
 
-def _lookup(text: str, language: str) -> str | None:
+def _lookup(text: str, language: str, min_fixed: int = 0) -> str | None:
     strings = catalogue(language)["strings"]
     if text in strings:
         return strings[text]
-    for lazy, greedy, value in _templates(language):
+    if "; " in text:  # clauses joined by "; " (a readout that lists what happened): each on its own
+        clauses = [_lookup(c, language, min_fixed=8) for c in text.split("; ")]
+        if all(clauses):
+            return "；".join(clauses)
+    for lazy, greedy, value, fixed in _templates(language):
+        if sum(map(len, fixed)) < min_fixed:
+            continue
         m = lazy.match(text)
-        if m and not _balanced(m.groups()):  # "(10, 6, 12)" is one part: split at a later separator
-            m = greedy.match(text) if _balanced(greedy.match(text).groups()) else m
+        if m and any(_doubt(m, fixed)):  # "(10, 6, 12)" is one part: try splitting at later separators
+            g = greedy.match(text)
+            m = g if _doubt(g, fixed) < _doubt(m, fixed) else m
         if m:
             return value.format(*(t(g, language) for g in m.groups()))
     return None
