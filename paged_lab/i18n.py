@@ -108,7 +108,7 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
         return text
     found = _lookup(text, language)
     if found is None and "<br>" in text:  # a long title wrapped for display (viz.widgets.wrap_title)
-        found = next(filter(None, (_lookup(v, language) for v in _unwrapped(text))), None)
+        found = next(filter(None, (_lookup(v, language, record=False) for v in _unwrapped(text))), None)
     if found is None:
         head, core, tail = _TAG.match(text).groups()  # "<b>Title</b>": translate what the tags wrap
         found = _lookup(core, language) if (head or tail) and core else None
@@ -131,12 +131,12 @@ def _unwrapped(text: str, most: int = 4) -> list[str]:
     return out
 
 
-def _lookup(text: str, language: str, min_fixed: int = 0) -> str | None:
+def _lookup(text: str, language: str, min_fixed: int = 0, record: bool = True) -> str | None:
     strings = catalogue(language)["strings"]
     if text in strings:
         return strings[text]
     if "; " in text:  # clauses joined by "; " (a readout that lists what happened): each on its own
-        clauses = [_lookup(c, language, min_fixed=8) for c in text.split("; ")]
+        clauses = [_lookup(c, language, min_fixed=8, record=False) for c in text.split("; ")]
         if all(clauses):
             return "；".join(clauses)
     for lazy, greedy, value, fixed in _templates(language):
@@ -147,7 +147,7 @@ def _lookup(text: str, language: str, min_fixed: int = 0) -> str | None:
             g = greedy.match(text)
             m = g if _doubt(g, fixed) < _doubt(m, fixed) else m
         if m:
-            return value.format(*(t(g, language) for g in m.groups()))
+            return value.format(*(t(g, language, record=record) for g in m.groups()))
     return None
 
 
