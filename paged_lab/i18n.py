@@ -84,6 +84,11 @@ def _templates(language: str) -> list[tuple[re.Pattern, re.Pattern, str, tuple[s
     return out
 
 
+def _untranslatable(m: re.Match, language: str) -> int:
+    """How many parts of a split read as prose the catalogue cannot translate (a wrong split makes some)."""
+    return sum(needs_translation(p) and _lookup(p, language, record=False) is None for p in m.groups())
+
+
 def _doubt(m: re.Match, fixed: tuple[str, ...]) -> tuple[int, int]:
     """How suspicious a split is: parts with unbalanced brackets, parts holding the template's own text."""
     parts = m.groups()
@@ -145,7 +150,7 @@ def _lookup(text: str, language: str, min_fixed: int = 0, record: bool = True) -
         m = lazy.match(text)
         if m and any(_doubt(m, fixed)):  # "(10, 6, 12)" is one part: try splitting at later separators
             g = greedy.match(text)
-            m = g if _doubt(g, fixed) < _doubt(m, fixed) else m
+            m = min((m, g), key=lambda x: (_untranslatable(x, language), _doubt(x, fixed)))
         if m:
             return value.format(*(t(g, language, record=record) for g in m.groups()))
     return None

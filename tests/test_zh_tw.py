@@ -254,3 +254,16 @@ def test_importing_i18n_loads_neither_torch_nor_plotly():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
+
+
+def test_templates_split_where_the_catalogue_can_translate(zh):
+    # a bracketed part is one part, though it holds the template's ", "
+    assert i18n.t("Round 1: luggage A-F = (10, 6, 12, 8, 11, 7), 54 in all") == "第 1 輪：A–F 的行李 = (10, 6, 12, 8, 11, 7)，共 54 件"
+    # clauses joined by "; " are translated one by one, and a "→" inside a clause does not split the readout
+    readout = ("step 3 ran 0 prefill + 3 decode; a full last block → a new block for 2 → 3 running, 3 waiting, "
+               "15% of the slots hold tokens")
+    assert i18n.t(readout) == ("第 3 步執行了 0 個 prefill + 3 個 decode；最後一個 block 滿了 → 替 2 開新的 block → "
+                               "3 個執行中、3 個在等，15% 的槽位放了 token")
+    # a title wrapped for display (viz.widgets.wrap_title) is found with its wrap undone
+    assert i18n.t("External fragmentation: free lockers that add<br>up, but not in a row") == "外部碎片：空櫃子加起來夠多，卻不連號"
+    assert not i18n.missing()
