@@ -54,6 +54,9 @@ clean-venv:
 test-browser: $(STAMP)
 	@command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
 		|| { echo "test-browser needs Debian's chromium: apt-get install chromium (as root)"; exit 1; }
+	@# The zh-TW notebooks' figures need a CJK font in the browser, or their text draws as empty boxes.
+	@fc-list :lang=zh-tw 2>/dev/null | grep -q . || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-noto-cjk) \
+		|| { echo "test-browser needs a CJK font for the zh-TW notebooks: apt-get install fonts-noto-cjk (as root)"; exit 1; }
 	$(PY) -m pytest -q tests/browser
 
 # Execute the series headless and write docs/notebooks.md's table of wall time and peak RAM.

@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from paged_lab import i18n
+
 
 @dataclass(frozen=True)
 class Term:
@@ -227,20 +229,20 @@ class Table:
         return [t.name for t in self.terms]
 
     def _repr_markdown_(self) -> str:
-        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines = ["| " + " | ".join(map(i18n.t, HEADER)) + " |", "|" + "---|" * len(HEADER)]
         for t in self.terms:
             cells = (t.story, t.story_zh + (" ※" if t.seed else ""), f"**{t.name}**", t.meaning)
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{h}</th>" for h in HEADER)
+        head = "".join(f"<th style='text-align:left'>{i18n.t(h)}</th>" for h in HEADER)
         rows = "".join(
             f"<tr><td>{html.escape(t.story, quote=False)}</td><td>{html.escape(t.story_zh, quote=False)}{' ※' if t.seed else ''}</td>"
             f"<td><b>{html.escape(t.name, quote=False)}</b></td><td style='text-align:left'>{html.escape(t.meaning, quote=False)}</td></tr>"
             for t in self.terms
         )
-        note = "<p style='font-size:85%;color:#555'>※ the seed story's own word</p>"
+        note = "<p style='font-size:85%;color:#555'>" + i18n.t("※ the seed story's own word") + "</p>"
         return f"<table class='paged-lab-glossary'><tr>{head}</tr>{rows}</table>{note}"
 
     def __str__(self) -> str:
@@ -259,7 +261,7 @@ def table(names: Iterable[str]) -> Table:
         if t.name in seen:
             raise ValueError(f"{n!r} repeats the term {t.name!r}")
         seen.add(t.name)
-    return Table(terms)
+    return Table([i18n.term(t) for t in terms])  # meanings in the learner's language (paged_lab.i18n)
 
 
 def markdown() -> str:

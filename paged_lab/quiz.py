@@ -27,6 +27,8 @@ import html
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from paged_lab import i18n
+
 # The design a question is about, and how it is labelled (docs/architecture.md: say which).
 DESIGNS = {
     "V0": "vLLM V0 — the PagedAttention paper's design",
@@ -120,27 +122,28 @@ class Quiz:
     def to_markdown(self) -> str:
         lines = []
         for n, q in enumerate(self.questions, 1):
-            label = f"*[{DESIGNS[q.design]}]* " if q.design else ""
+            label = f"*[{i18n.t(DESIGNS[q.design])}]* " if q.design else ""
             lines.append(f"{n}. {label}{q.prompt}")
             lines += [f"   - ({LETTERS[i]}) {c}" for i, c in enumerate(q.choices)]
-            lines.append(f"   <details><summary>Answer</summary>\n\n   **({LETTERS[q.answer]}) {q.answer_text}.** "
+            lines.append(f"   <details><summary>{i18n.t('Answer')}</summary>\n\n   **({LETTERS[q.answer]}) {q.answer_text}.** "
                          f"{q.explanation}\n   </details>\n")
         return "\n".join(lines)
 
     def to_html(self) -> str:
         items = []
         for q in self.questions:
-            label = f'<div style="font-size:85%;color:#7a5300">{html.escape(DESIGNS[q.design])}</div>' if q.design else ""
+            label = f'<div style="font-size:85%;color:#7a5300">{html.escape(i18n.t(DESIGNS[q.design]))}</div>' if q.design else ""
             choices = "".join(f"<li>({LETTERS[i]}) {html.escape(c)}</li>" for i, c in enumerate(q.choices))
             items.append(
                 f"<li>{label}<p>{html.escape(q.prompt)}</p><ul style='list-style:none'>{choices}</ul>"
-                f"<details><summary>Answer</summary><p><b>({LETTERS[q.answer]}) {html.escape(q.answer_text)}.</b> "
+                f"<details><summary>{i18n.t('Answer')}</summary><p><b>({LETTERS[q.answer]}) {html.escape(q.answer_text)}.</b> "
                 f"{html.escape(q.explanation)}</p></details></li>"
             )
         return f'<div class="{STATIC_CLASS}"><h3>{html.escape(self.title)}</h3><ol>{"".join(items)}</ol></div>'
 
     def __str__(self) -> str:
-        return f"{self.title}\n\n{self.to_markdown()}"
+        shown = i18n.quiz(self)  # the learner's language (paged_lab.i18n); the quiz itself in English
+        return f"{shown.title}\n\n{shown.to_markdown()}"
 
     # --- the interactive rendering ---------------------------------------------------------------
     def widget(self):
@@ -157,13 +160,14 @@ class Quiz:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         # The widget for Jupyter, and beside it the text for whatever cannot run widgets.
-        data = dict(self.widget()._repr_mimebundle_())
-        data.update({"text/plain": str(self), "text/html": self.to_html(), "text/markdown": self.to_markdown()})
+        shown = i18n.quiz(self)  # the learner's language (paged_lab.i18n); the quiz itself in English
+        data = dict(shown.widget()._repr_mimebundle_())
+        data.update({"text/plain": str(shown), "text/html": shown.to_html(), "text/markdown": shown.to_markdown()})
         return data
 
 
 def _question_widget(W, n: int, q: Question):
-    label = f'<div style="font-size:85%;color:#7a5300">{html.escape(DESIGNS[q.design])}</div>' if q.design else ""
+    label = f'<div style="font-size:85%;color:#7a5300">{html.escape(i18n.t(DESIGNS[q.design]))}</div>' if q.design else ""
     prompt = W.HTML(f"{label}<b>{n}.</b> {html.escape(q.prompt)}")
     feedback = W.HTML("")
     feedback.add_class(FEEDBACK_CLASS)

@@ -1,6 +1,7 @@
 """Execute the series and write it as static HTML pages, readable without a kernel (``make html``).
 
     python scripts/build_site.py                  # every notebook -> site/NN_name.html, site/index.html
+                                                  # and the zh-TW edition -> site/zh-TW/NN_name.html
     python scripts/build_site.py --out site 01    # only notebooks whose name starts with 01
 
 - Plotly figures are drawn by plotly.js loaded once per page: embedded (the default, so a page works
@@ -193,7 +194,7 @@ def to_html(nb: nbformat.NotebookNode, pages: list[str], plotlyjs: str = "embed"
     body = body.replace("</body>", HIDE_FALLBACKS + "\n</body>", 1)
     for name in pages:  # links between notebooks go to their pages
         stem = name.removesuffix(".ipynb")
-        body = re.sub(rf'href="(?:notebooks/)?{re.escape(name)}"', f'href="{stem}.html"', body)
+        body = re.sub(rf'href="((?:\.\./)?)(?:notebooks/)?{re.escape(name)}"', rf'href="\g<1>{stem}.html"', body)
     return body
 
 
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
     parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
     args = parser.parse_args(argv)
-    series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + sorted((NOTEBOOKS / "zh-TW").glob("[0-9][0-9]_*.ipynb"))
     chosen = [p for p in series if not args.only or any(p.name.startswith(o) for o in args.only)]
     if not chosen:
         print(f"no notebook in {NOTEBOOKS} matches {args.only}", file=sys.stderr)
@@ -251,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     pages, built = [p.name for p in series], []
     for i, path in enumerate(chosen, 1):
         start = time.perf_counter()
-        page = args.out / f"{path.stem}.html"
+        page = args.out / path.relative_to(NOTEBOOKS).with_suffix(".html")  # zh-TW/ pages in site/zh-TW/
+        page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(to_html(execute(path), pages, args.plotlyjs))
         if path.name.startswith("00_"):
-            (args.out / "index.html").write_text(page.read_text())
+            (page.parent / "index.html").write_text(page.read_text())
         built.append(page)
         size = page.stat().st_size / 2**20
         print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)", flush=True)

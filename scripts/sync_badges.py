@@ -9,7 +9,9 @@ It rewrites
 - the Binder badge line at the top of README.md;
 - the series table in README.md between the ``series-table`` markers;
 - ``notebooks/00_index.ipynb``, the index notebook, from the notebooks themselves: each title
-  (``# NN · Title``), its "You will learn" bullets and where it runs.
+  (``# NN · Title``), its "You will learn" bullets and where it runs;
+- the zh-TW edition, ``notebooks/zh-TW/`` (badges, links and the zh-TW index included), through
+  ``scripts/build_zh.py``, which generates it from the English notebooks and their translations.
 
 Where a notebook runs: "everything" on CPU unless some code cell checks ``torch.cuda.is_available()``;
 a notebook can say it in words with ``metadata["paged_lab"] = {"cpu": "...", "gpu": "..."}``.
@@ -349,6 +351,10 @@ def planned() -> dict[Path, str]:
         entries.append(describe(path))
     out[INDEX] = nbformat.writes(index_notebook(entries)) + "\n"
     out[README] = readme_with_table(readme_badge(README.read_text()), entries)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import build_zh  # the zh-TW twins, generated from the English notebooks as they are on disk
+
+    out.update(build_zh.planned())
     return out
 
 

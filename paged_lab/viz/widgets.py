@@ -19,6 +19,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from paged_lab import i18n
+
 READOUT_CLASS = "paged-lab-readout"
 # A 17 px title line holds about 90 characters in a 900 px figure: Colab's output area is that
 # narrow, JupyterLab's at a 1280 px window is wider. Longer titles are wrapped, not clipped.
@@ -134,22 +136,23 @@ def interactive(
     readout_w = W.HTML()
     readout_w.add_class(READOUT_CLASS)
     full_width = W.Layout(width="100%")
-    view = go.FigureWidget(first) if use_figure_widget else W.Output(layout=full_width)
+    view = go.FigureWidget(i18n.figure(first)) if use_figure_widget else W.Output(layout=full_width)
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
+        shown = i18n.figure(fig)  # in the learner's language (paged_lab.i18n); readout and caller get `fig`
         if not redraw:  # the FigureWidget was built from this very figure
             pass
         elif use_figure_widget:
             with view.batch_update():
                 view.data = ()  # replace traces wholesale: their number may change
-                view.add_traces(list(fig.data))
-                view.layout = fig.layout
+                view.add_traces(list(shown.data))
+                view.layout = shown.layout
         else:
             # Set the outputs directly (not `with view:`), so the re-draw needs no kernel context.
-            view.outputs = (figure_bundle(fig),)
+            view.outputs = (figure_bundle(shown),)
         if readout is not None:
-            readout_w.value = readout(fig, **values)
+            readout_w.value = i18n.t(readout(fig, **values))
 
     def refresh(*_):
         try:
@@ -161,6 +164,7 @@ def interactive(
         return fig
 
     for w in controls.values():
+        w.description = i18n.t(w.description)
         w.observe(refresh, names="value")
     show(first, redraw=not use_figure_widget)
     # The box spans the output area, so the figure inside it sizes itself to the full width.

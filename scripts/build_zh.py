@@ -1,0 +1,336 @@
+"""Generate the zh-TW edition (``notebooks/zh-TW/``) from the English notebooks and a catalogue.
+
+    python scripts/build_zh.py            # write notebooks/zh-TW/NN_*.ipynb
+    python scripts/build_zh.py --check    # change nothing; exit 1 if a translation is stale or missing,
+                                          # or a committed zh-TW notebook differs from what this writes
+    python scripts/build_zh.py --stale    # list stale and missing cells with their English text (translators)
+
+One source, two languages: the code cells of a zh-TW notebook are the English notebook's, copied. Only
+the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json``:
+
+    {"notebook": "03_block_tables.ipynb",
+     "cells": {"<cell id>": {"en_sha": "<sha1 of the English cell's source, 12 hex>", "zh": "<markdown>"}}}
+
+``en_sha`` is the English text the translation was made from: when the English cell changes, its sha
+no longer matches and ``--check`` names the cell (STALE). The generator also
+- adds the language switch to the setup cell (``paged_lab.i18n.use("zh-TW")``: figures, quizzes and
+  the glossary then show ``paged_lab/locale/zh-TW.json``'s words) and, last, a cell that fails when
+  something the notebook showed had no translation;
+- points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
+  other relative links (``../docs/...``) one folder up, and adds a link to the English original;
+- fills ``{{series-table}}`` in the index's translation with the series table read from the zh-TW
+  notebooks themselves (titles and "你會學到" bullets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from paged_lab import _project, i18n  # noqa: E402
+
+LANG = "zh-TW"
+NOTEBOOKS = ROOT / "notebooks"
+CATALOGUE = NOTEBOOKS / "i18n" / LANG
+OUT = NOTEBOOKS / LANG
+TABLE_PLACEHOLDER = "{{series-table}}"
+GOALS_HEADING = "你會學到"
+BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
+SWITCH = (
+    "\n\nimport paged_lab.i18n\n\n"
+    f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
+)
+CHECK_CELL_ID = "zh-tw-check"
+CHECK_CELL = (
+    "# 翻譯檢查（由 scripts/build_zh.py 加上）：這本筆記本顯示過的英文字串（圖表、小測驗、詞彙表）\n"
+    "# 在 paged_lab/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
+    "paged_lab.i18n.assert_translated()"
+)
+
+
+def en_sha(source: str | list[str]) -> str:
+    """The first 12 hex digits of the sha1 of a cell's source (joined, UTF-8)."""
+    text = "".join(source) if isinstance(source, list) else source
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def english_notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if p.is_file())
+
+
+def catalogue_path(english: Path) -> Path:
+    return CATALOGUE / f"{english.stem}.json"
+
+
+def load_catalogue(english: Path) -> dict | None:
+    path = catalogue_path(english)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("notebook") != english.name or not isinstance(data.get("cells"), dict):
+        raise ValueError(f"{path}: expected {{'notebook': {english.name!r}, 'cells': {{...}}}}")
+    return data
+
+
+def read_nb(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def dumps(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------- what is out of date
+
+
+@dataclass
+class Problem:
+    kind: str  # STALE, MISSING, NO CATALOGUE, ORPHAN, OUT OF DATE
+    notebook: str
+    cell: str = ""
+    english: str = ""
+    zh: str = ""
+    sha: str = ""
+
+    def line(self) -> str:
+        where = f"{self.notebook}" + (f" cell {self.cell}" if self.cell else "")
+        return f"{self.kind}: {where}"
+
+
+def translation_problems(english: Path) -> list[Problem]:
+    """Cells of ``english`` whose translation is stale or missing (and translations of no cell)."""
+    nb, cat = read_nb(english), load_catalogue(english)
+    if cat is None:
+        return [Problem("NO CATALOGUE", english.name, english=f"create {catalogue_path(english).relative_to(ROOT)}")]
+    out, ids = [], set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        ids.add(cell["id"])
+        source, entry = "".join(cell["source"]), cat["cells"].get(cell["id"])
+        if not entry or not entry.get("zh", "").strip():
+            out.append(Problem("MISSING", english.name, cell["id"], source, sha=en_sha(source)))
+        elif entry.get("en_sha") != en_sha(source):
+            out.append(Problem("STALE", english.name, cell["id"], source, entry["zh"], en_sha(source)))
+    for cell_id in sorted(set(cat["cells"]) - ids):
+        out.append(Problem("ORPHAN", english.name, cell_id, zh=cat["cells"][cell_id].get("zh", "")))
+    return out
+
+
+# ---------------------------------------------------------------- generating
+
+
+def zh_name(english_name: str) -> str:
+    return f"{LANG}/{english_name}"
+
+
+def zh_badges(english_name: str) -> str:
+    """The Binder/Colab badge line of the zh-TW twin of ``english_name``."""
+    line = _project.badges_markdown(english_name)
+    return line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F").replace("/notebooks/", f"/notebooks/{LANG}/")
+
+
+def _retarget(target: str, twins: set[str]) -> str:
+    """A link written for notebooks/ (as in the English text), from notebooks/zh-TW/."""
+    if re.match(r"^([a-z]+:|#|/)", target):
+        return target
+    path, _, anchor = target.partition("#")
+    if path in twins:  # the zh-TW twin sits beside this notebook
+        return target
+    return "../" + target
+
+
+def localize_markdown(text: str, twins: set[str]) -> str:
+    return re.sub(r"(\]\()([^)\s]+)(\))", lambda m: m.group(1) + _retarget(m.group(2), twins) + m.group(3), text)
+
+
+def with_zh_badges(text: str, english_name: str) -> str:
+    want = f"{zh_badges(english_name)} · [English](../{english_name})"
+    lines = text.split("\n")
+    hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
+    if hits:
+        lines[hits[-1]] = want
+        return "\n".join(lines)
+    return text.rstrip("\n") + "\n\n" + want
+
+
+def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
+    """Title and "你會學到" bullets of a zh-TW notebook's first cell."""
+    first = "".join(nb["cells"][0]["source"]) if nb["cells"] else ""
+    m = re.search(r"^#\s+(?:\d\d\s*·\s*)?(.+)$", first, flags=re.M)
+    goals, in_goals = [], False
+    for line in first.split("\n"):
+        if GOALS_HEADING in line:
+            in_goals = True
+        elif in_goals and line.lstrip().startswith(("- ", "* ")):
+            goals.append(line.lstrip()[2:].strip().rstrip("；;。.，,"))
+        elif in_goals and goals and line.strip():
+            break
+    return (m.group(1).strip() if m else Path(name).stem), goals
+
+
+def series_table(rows: list[tuple[Path, dict | None]]) -> str:
+    """The index's table: (English notebook, its zh-TW twin or None) per notebook."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sync_badges
+
+    out = ["| # | 筆記本 | 你會學到 | CPU | GPU | 開啟 |", "|---|--------|----------|-----|-----|------|"]
+    for path, zh_nb in rows:
+        name, entry = path.name, sync_badges.describe(path)
+        cpu, gpu = i18n.t(entry.cpu, LANG), i18n.t(entry.gpu, LANG)
+        if zh_nb is None:  # not translated yet: the English notebook
+            goals = "<br>".join(f"• {g.replace('|', '/')}" for g in entry.goals) or "—"
+            out.append(f"| {entry.number} | [{entry.title}]({name})（英文） | {goals} | {cpu} | {gpu} | "
+                       f"{sync_badges.badges_for(entry)} |")
+            continue
+        title, goals = describe_zh(zh_nb, name)
+        cell = "<br>".join(f"• {g.replace('|', '/')}" for g in goals) or "—"
+        badges = zh_badges(name).replace("Open In Colab", "Colab")
+        out.append(f"| {entry.number} | [{title}]({name}) | {cell} | {cpu} | {gpu} | {badges} |")
+    return "\n".join(out)
+
+
+def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None = None) -> dict:
+    """The zh-TW notebook for ``english`` (its catalogue must exist; missing cells stay English)."""
+    nb, cat = copy.deepcopy(read_nb(english)), load_catalogue(english)
+    switched = False
+    for i, cell in enumerate(nb["cells"]):
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            entry = cat["cells"].get(cell["id"], {}) if cat else {}
+            text = entry.get("zh") or source
+            if TABLE_PLACEHOLDER in text:
+                rows = [(p, (zh_series or {}).get(p.name)) for p in english_notebooks() if not p.name.startswith("00_")]
+                text = text.replace(TABLE_PLACEHOLDER, series_table(rows))
+            text = localize_markdown(text, twins)
+            if i == 0:
+                text = with_zh_badges(text, english.name)
+            cell["source"] = _lines(text)
+        elif cell["cell_type"] == "code" and not switched and _is_setup(source):
+            cell["source"] = _lines(source.rstrip("\n") + SWITCH)
+            switched = True
+    if not switched:
+        raise ValueError(f"{english.name}: no setup cell (the code cell with `import paged_lab`) to switch the language in")
+    check = {"cell_type": "code", "execution_count": None, "id": CHECK_CELL_ID, "metadata": {}, "outputs": [],
+             "source": _lines(CHECK_CELL)}
+    nb["cells"].append(check)
+    nb["metadata"]["language_info"] = nb["metadata"].get("language_info", {"name": "python"})
+    return nb
+
+
+def _is_setup(source: str) -> bool:
+    return bool(re.search(r"^import paged_lab$", source, flags=re.M))
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+# ---------------------------------------------------------------- the package's strings
+
+
+def _template(node: ast.AST) -> str | None:
+    """The text a string expression shows, with ``{}`` for each computed part; None if not a string."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _template(node.left), _template(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def quiz_strings(nb: dict) -> list[str]:
+    """Every prompt, choice, explanation and title written in a quiz cell (``Question(...)``,
+    ``Quiz(..., title=...)``), as catalogue keys: f-string parts become ``{}``."""
+    found: dict[str, None] = {}
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "Question(" not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("Question", "Quiz")):
+                continue
+            args = list(node.args) + [k.value for k in node.keywords if k.arg in ("prompt", "choices", "explanation", "title")]
+            for arg in args:
+                for part in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]):
+                    text = _template(part)
+                    if text is not None and i18n.needs_translation(text.replace("{}", " ")):
+                        found[text] = None
+    return list(found)
+
+
+def untranslated_strings() -> list[tuple[str, str]]:
+    """(notebook, quiz text) for every quiz text of the series that the catalogue lacks."""
+    strings = i18n.catalogue(LANG)["strings"]
+    return [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p)) if s not in strings]
+
+
+def planned() -> dict[Path, str]:
+    """Every zh-TW notebook as the generator writes it now (those with a catalogue)."""
+    translated = [p for p in english_notebooks() if catalogue_path(p).exists()]
+    twins = {p.name for p in translated}
+    out, zh_series = {}, {}
+    for p in translated:  # the index last: its table reads the other twins
+        if not p.name.startswith("00_"):
+            zh_series[p.name] = generate(p, twins)
+            out[OUT / p.name] = dumps(zh_series[p.name])
+    for p in translated:
+        if p.name.startswith("00_"):
+            out[OUT / p.name] = dumps(generate(p, twins, zh_series))
+    return out
+
+
+def problems() -> list[Problem]:
+    found = [pr for p in english_notebooks() for pr in translation_problems(p)]
+    plan = planned()
+    for path, text in plan.items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            found.append(Problem("OUT OF DATE", str(path.relative_to(ROOT)), english="run python scripts/build_zh.py"))
+    for path in sorted(OUT.glob("*.ipynb")):
+        if path not in plan:
+            found.append(Problem("ORPHAN", str(path.relative_to(ROOT)), english="no English notebook or catalogue"))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale, missing or out of date")
+    mode.add_argument("--stale", action="store_true", help="list stale and missing cells with their English text")
+    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/locale/zh-TW.json lacks")
+    args = parser.parse_args(argv)
+    if args.strings:
+        missing = untranslated_strings()
+        for name, text in missing:
+            print(f"{name}: {json.dumps(text, ensure_ascii=False)}")
+        return 1 if missing else 0
+    if args.check or args.stale:
+        found = problems()
+        for pr in found:
+            print(pr.line() if args.check or pr.kind == "OUT OF DATE" else
+                  f"{'=' * 78}\n{pr.line()}  (en_sha now {pr.sha or '-'})\n--- English ---\n{pr.english}"
+                  + (f"\n--- zh-TW (from the old English) ---\n{pr.zh}" if pr.zh else ""))
+        blocking = [pr for pr in found if pr.kind != "ORPHAN" or pr.cell == ""]
+        print(f"{len(found)} problem(s)" if found else "zh-TW edition up to date", file=sys.stderr)
+        return 1 if blocking else 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    for path, text in planned().items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

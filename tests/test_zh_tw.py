@@ -1,0 +1,269 @@
+"""The zh-TW edition: one source (the English notebooks) plus a catalogue, checked like the English series.
+
+- ``scripts/build_zh.py --check`` passes: no stale or missing translation, the committed zh-TW notebooks are
+  what the generator writes (their code cells are the English ones);
+- the staleness check works: change an English markdown cell in a copy and it names that cell;
+- every quiz text of the series and every glossary term has a translation (the zh-TW notebooks' last cell
+  checks the rest of what they show: figure titles, axis labels, readouts);
+- ``paged_lab.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+
+from paged_lab import glossary, i18n
+from paged_lab.quiz import Question, Quiz
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_build_zh():
+    spec = importlib.util.spec_from_file_location("build_zh", ROOT / "scripts" / "build_zh.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+build_zh = _load_build_zh()
+ENGLISH = build_zh.english_notebooks()
+
+
+@pytest.fixture
+def zh():
+    i18n.use("zh-TW")
+    yield
+    i18n.use("en")
+
+
+# ---------------------------------------------------------------- the generated edition
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=[p.stem for p in ENGLISH])
+def test_every_english_notebook_has_a_current_translation(path):
+    problems = [p.line() for p in build_zh.translation_problems(path) if p.kind != "ORPHAN"]
+    assert not problems, "run `python scripts/build_zh.py --stale` and translate:\n" + "\n".join(problems)
+
+
+def test_committed_zh_tw_notebooks_are_what_the_generator_writes():
+    problems = [p.line() for p in build_zh.problems() if p.kind in ("OUT OF DATE", "ORPHAN") and not p.cell]
+    assert not problems, "run `python scripts/build_zh.py`:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", sorted(build_zh.OUT.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_zh_tw_notebook_has_the_english_code_and_cell_ids(path):
+    english = json.loads((build_zh.NOTEBOOKS / path.name).read_text())
+    twin = json.loads(path.read_text())
+    en_cells, zh_cells = english["cells"], twin["cells"]
+    assert [c["id"] for c in zh_cells] == [c["id"] for c in en_cells] + [build_zh.CHECK_CELL_ID]
+    for en, zh_cell in zip(en_cells, zh_cells):
+        en_src, zh_src = "".join(en["source"]), "".join(zh_cell["source"])
+        assert zh_cell["cell_type"] == en["cell_type"]
+        if en["cell_type"] == "code":  # the same code; the setup cell only gains the language switch
+            assert zh_src == en_src or zh_src == en_src.rstrip("\n") + build_zh.SWITCH, f"{path.name} {en['id']}"
+        else:
+            assert zh_src != en_src, f"{path.name} {en['id']} is not translated"
+    code = ["".join(c["source"]) for c in zh_cells if c["cell_type"] == "code"]
+    assert sum('paged_lab.i18n.use("zh-TW")' in src for src in code) == 1
+    first = "".join(zh_cells[0]["source"])
+    assert build_zh.zh_badges(path.name) in first and f"](../{path.name})" in first  # badges + English link
+
+
+def test_zh_tw_badges_and_links_point_at_the_zh_tw_files():
+    line = build_zh.zh_badges("03_block_tables.ipynb")
+    assert "labpath=notebooks%2Fzh-TW%2F03_block_tables.ipynb" in line
+    assert "/blob/main/notebooks/zh-TW/03_block_tables.ipynb" in line
+    text = "[a](02_contiguous_vs_paged.ipynb) [b](05_continuous_batching.ipynb) [c](../docs/glossary.md) [d](https://x.org/a)"
+    got = build_zh.localize_markdown(text, {"02_contiguous_vs_paged.ipynb"})
+    assert got == ("[a](02_contiguous_vs_paged.ipynb) [b](../05_continuous_batching.ipynb) "
+                   "[c](../../docs/glossary.md) [d](https://x.org/a)")
+
+
+def _copy_project(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "scripts", root / "scripts")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "exercises"))
+    return root
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env_path = str(ROOT)  # the package under test; the copy holds only notebooks and scripts
+    return subprocess.run([sys.executable, str(root / "scripts" / "build_zh.py"), *args], capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+
+
+def _edit_cell(path: Path, cell_id: str, change) -> None:
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["id"] == cell_id)
+    cell["source"] = change("".join(cell["source"])).splitlines(keepends=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+def test_the_staleness_check_names_a_changed_english_cell(tmp_path):
+    root = _copy_project(tmp_path)
+    translated = [p for p in ENGLISH if build_zh.catalogue_path(p).exists()]
+    assert translated, "no catalogue to test with"
+    english = root / "notebooks" / translated[-1].name
+    cell_id = next(c["id"] for c in json.loads(english.read_text())["cells"][1:] if c["cell_type"] == "markdown")
+    before = _run(root, "--check")
+    assert f"cell {cell_id}" not in before.stdout
+
+    _edit_cell(english, cell_id, lambda s: s + "\n\nA sentence the translation has not seen.")
+    after = _run(root, "--check")
+    assert after.returncode == 1
+    assert f"STALE: {english.name} cell {cell_id}" in after.stdout.splitlines()
+    listed = _run(root, "--stale")  # what a translator reads: the English text to translate again
+    assert "A sentence the translation has not seen." in listed.stdout and f"cell {cell_id}" in listed.stdout
+
+
+def test_a_changed_code_cell_makes_the_committed_twin_out_of_date(tmp_path):
+    root = _copy_project(tmp_path)
+    name = next(p.name for p in ENGLISH if build_zh.catalogue_path(p).exists() and not p.name.startswith("00_"))
+    english = root / "notebooks" / name
+    cell_id = next(c["id"] for c in json.loads(english.read_text())["cells"] if c["cell_type"] == "code")
+    _edit_cell(english, cell_id, lambda s: s + "\nprint('one more line')")
+    out = _run(root, "--check")
+    assert out.returncode == 1 and f"OUT OF DATE: notebooks/zh-TW/{name}" in out.stdout
+    assert _run(root).returncode == 0  # regenerating fixes it: the code comes from the English notebook
+    twin = json.loads((root / "notebooks" / "zh-TW" / name).read_text())
+    assert "print('one more line')" in "".join(next(c for c in twin["cells"] if c["id"] == cell_id)["source"])
+
+
+def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
+    root = tmp_path / "repo"
+    (root / "notebooks" / "zh-TW").mkdir(parents=True)
+    (root / "notebooks" / "exercises").mkdir()
+    shutil.copy(ROOT / "notebooks" / "conftest.py", root / "notebooks" / "conftest.py")
+    tiny = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c0", "metadata": {}, "outputs": [],
+                       "source": ["1 + 1"]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    for rel in ("01_a.ipynb", "zh-TW/01_a.ipynb", "exercises/01_a_exercises.ipynb"):
+        (root / "notebooks" / rel).write_text(json.dumps(tiny))
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval-lax", "-p", "no:cacheprovider",
+                          "notebooks"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "notebooks/01_a.ipynb" in res.stdout and "notebooks/zh-TW/01_a.ipynb" in res.stdout
+    assert "exercises" not in res.stdout
+
+
+# ---------------------------------------------------------------- the package's words
+
+
+def test_every_quiz_text_of_the_series_has_a_translation():
+    missing = build_zh.untranslated_strings()
+    assert not missing, "add to paged_lab/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
+        f"{name}: {text}" for name, text in missing)
+
+
+def test_quiz_strings_are_read_from_the_cells_as_templates():
+    nb = {"cells": [{"cell_type": "code", "source": [
+        'quiz = Quiz([Question(f"Why {n} of {m}?", [f"{n} blocks", "Because the pool is full"], answer=1,\n',
+        '                      explanation="The pool " + f"has {m} blocks.")])']}]}
+    assert build_zh.quiz_strings(nb) == ["Why {} of {}?", "Because the pool is full", "The pool has {} blocks."]
+
+
+def test_every_glossary_term_is_translated_from_its_current_meaning():
+    entries = i18n.catalogue("zh-TW")["glossary"]
+    problems = [t.name for t in glossary.TERMS if t.name not in entries or entries[t.name].get("en") != t.meaning]
+    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/locale/zh-TW.json"
+    assert not set(entries) - {t.name for t in glossary.TERMS}, "translations of terms the glossary dropped"
+
+
+def test_catalogue_templates_place_every_part_they_match():
+    for key, value in i18n.catalogue("zh-TW")["strings"].items():
+        n = key.count("{}")
+        used = {int(i) for i in __import__("re").findall(r"\{(\d+)\}", value)}
+        assert used <= set(range(n)), f"{key!r} -> {value!r} places a part it does not match"
+
+
+def test_t_looks_up_templates_and_falls_back_to_english(zh):
+    assert i18n.lang() == "zh-TW"
+    assert i18n.t("Every locker is reserved: 5 × 12 = 60") == "每一格都被預留了：5 × 12 = 60"
+    assert i18n.t("fits 14 seqs") == "放得下 14 條"
+    # a matched part is itself translated: "none of these GPUs" inside the readout
+    readout = i18n.t("<b>x</b>, fp8: 1 B/token x 2 x 3 tokens = <b>0.00 GB</b> of KV; fits beside the weights on: none of these GPUs")
+    assert readout.endswith("這些 GPU 都放不下") and "<b>x</b>" in readout
+    assert i18n.t("A sentence nobody translated") == "A sentence nobody translated"
+    assert i18n.missing() == ["A sentence nobody translated"]
+    with pytest.raises(AssertionError, match="A sentence nobody translated"):
+        i18n.assert_translated()
+    assert i18n.t("llama-3.1-8b") == "llama-3.1-8b" and i18n.missing() == ["A sentence nobody translated"]
+
+
+def test_english_is_the_default_and_use_checks_the_language():
+    assert i18n.lang() == "en" and i18n.t("fits 14 seqs") == "fits 14 seqs"
+    with pytest.raises(ValueError, match="language must be one of"):
+        i18n.use("zh-CN")
+
+
+def test_a_figure_is_translated_when_shown_and_its_data_kept(zh):
+    from paged_lab.viz import fig_kv_vs_gpu
+
+    fig = fig_kv_vs_gpu("llama-3.1-8b", "bfloat16", 4096, 32)
+    shown = i18n.figure(fig)
+    assert shown.layout.title.text == "llama-3.1-8b（bfloat16）：32 × 4,096 個 token 需要 17.2 GB 的 KV"
+    assert [tr.name for tr in shown.data][:3] == ["權重", "32 × 4,096 個 token 的 KV", "放不下的 KV"]
+    assert [list(tr.y) for tr in shown.data] == [list(tr.y) for tr in fig.data]  # the numbers are untouched
+    assert fig.layout.title.text.startswith("llama-3.1-8b (bfloat16): 17.2 GB")  # the original stays English
+    assert not i18n.missing()
+
+
+def test_fig_show_goes_through_the_translation(zh, monkeypatch):
+
+    shown = []
+    monkeypatch.setitem(i18n._original, "show", lambda fig, *a, **k: shown.append(fig))
+    go.Figure(layout_title_text="KV usage %").show()
+    assert shown[0].layout.title.text == "KV 使用率 %"
+
+
+def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
+    q = Question("Why does the KV cache grow with the context length while the weights do not?",
+                 ["The cache keeps K and V for every token of every request; the weights are one shared copy",
+                  "Longer contexts load extra layers"], answer=0,
+                 explanation="Its 70.6 B parameters need 141 GB in bf16: the weights alone do not fit in 80 GB, "
+                             "so the KV budget is zero.", design="V1")
+    quiz = Quiz([q])
+    text = quiz._repr_mimebundle_()["text/html"]
+    assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
+    assert "答案" in text and "Why does" not in text
+    shown = i18n.quiz(quiz)[0]
+    right, wrong = shown.pick(0), shown.pick(1)
+    assert right.correct and right.text.startswith("✓ 答對了: 快取替每個請求") and "光是權重就放不進 80 GB" in right.text
+    assert not wrong.correct and wrong.text == "✗ 不太對: （b）不是正確答案，再試試別的選項。"
+    assert quiz[0].answer_text.startswith("The cache keeps")  # the notebook's checks read the English
+    assert not i18n.missing()
+
+
+def test_a_glossary_table_shows_both_languages(zh):
+    html = glossary.table(["block table", "slot"])._repr_html_()
+    assert "阿頁的對照表" in html and "Ah-Ye's lookup table" in html  # the story word in both languages
+    assert "每個請求一張" in html and "正式名稱" in html and "種子故事原本的用詞" in html
+    assert "Per request, logical block" not in html
+
+
+def test_importing_i18n_loads_neither_torch_nor_plotly():
+    code = "import sys, paged_lab.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]"
+
+
+def test_templates_split_where_the_catalogue_can_translate(zh):
+    # a bracketed part is one part, though it holds the template's ", "
+    assert i18n.t("Round 1: luggage A-F = (10, 6, 12, 8, 11, 7), 54 in all") == "第 1 輪：A–F 的行李 = (10, 6, 12, 8, 11, 7)，共 54 件"
+    # clauses joined by "; " are translated one by one, and a "→" inside a clause does not split the readout
+    readout = ("step 3 ran 0 prefill + 3 decode; a full last block → a new block for 2 → 3 running, 3 waiting, "
+               "15% of the slots hold tokens")
+    assert i18n.t(readout) == ("第 3 步執行了 0 個 prefill + 3 個 decode；最後一個 block 滿了 → 替 2 開新的 block → "
+                               "3 個執行中、3 個在等，15% 的槽位放了 token")
+    # a title wrapped for display (viz.widgets.wrap_title) is found with its wrap undone
+    assert i18n.t("External fragmentation: free lockers that add<br>up, but not in a row") == "外部碎片：空櫃子加起來夠多，卻不連號"
+    assert not i18n.missing()
