@@ -266,11 +266,24 @@ def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: in
 
 def locker_readout(fig: go.Figure, A: int, B: int, C: int, D: int, E: int, F: int, num_slots: int,
                    reservation: int, block_size: int, step: int) -> str:
-    """One line under the locker sliders (changes with every slider)."""
+    """Under the locker sliders: what each manager's rule did this round, and what it cost."""
     total = A + B + C + D + E + F
     verdict = "fits" if total <= num_slots else "does not fit: Ah-Ye must make someone wait"
+    old, new = locker_runs((A, B, C, D, E, F), num_slots, reservation, block_size)
     return (f"round {step + 1} · total luggage {total} for {num_slots} lockers ({verdict}) · "
-            f"old manager reserves {reservation} in a row · Ah-Ye's blocks hold {block_size}")
+            f"old manager, {reservation} lockers a traveller → {_locker_round(old, step)} · "
+            f"Ah-Ye, rows of {block_size} as the luggage grows → {_locker_round(new, step)}")
+
+
+def _locker_round(r: SimResult, step: int) -> str:
+    """One manager's round ``step`` in a few words: who is inside, who waits, what stands empty."""
+    if step >= r.makespan:
+        return f"everyone left after round {r.makespan}"
+    t = r.timeline
+    empty = t["reserved_slots"][step] - t["used_slots"][step]
+    turned_away = f", {len(r.rejected)} turned away" if r.rejected else ""
+    return (f"{t['running'][step]} inside, {t['waiting'][step]} waiting{turned_away}, "
+            f"{empty} handed-out lockers empty")
 
 
 def batching_readout(fig: go.Figure | None, num_requests: int, windows: int, num_blocks: int, block_size: int,
