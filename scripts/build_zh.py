@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+import sync_badges  # noqa: E402  (the English badges, series table and badge-line rule)
+
 from paged_lab import _project, i18n  # noqa: E402
 
 LANG = "zh-TW"
@@ -44,7 +46,6 @@ CATALOGUE = NOTEBOOKS / "i18n" / LANG
 OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
 GOALS_HEADING = "你會學到"
-BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
 SWITCH = (
     "\n\nimport paged_lab.i18n\n\n"
     f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
@@ -61,6 +62,28 @@ def en_sha(source: str | list[str]) -> str:
     """The first 12 hex digits of the sha1 of a cell's source (joined, UTF-8)."""
     text = "".join(source) if isinstance(source, list) else source
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+# Cells whose numbers sync_badges writes from data (run times measured by `make budget`, reading
+# minutes): their translation is of the words. The words' sha ignores the numbers, and the twin takes
+# the English cell's numbers, in order, each time it is generated.
+NUMBERS_FROM_ENGLISH = {("00_index.ipynb", "index-paths")}
+_NUMBER = re.compile(r"\d+")
+
+
+def words_sha(notebook: str, cell_id: str, source: str) -> str:
+    """``en_sha`` of a cell, with the numbers left out for the cells of NUMBERS_FROM_ENGLISH."""
+    return en_sha(_NUMBER.sub("#", source) if (notebook, cell_id) in NUMBERS_FROM_ENGLISH else source)
+
+
+def with_english_numbers(zh: str, english: str, where: str) -> str:
+    """``zh`` with its numbers replaced, in order, by those of ``english`` (the same count)."""
+    numbers = _NUMBER.findall(english)
+    if len(_NUMBER.findall(zh)) != len(numbers):
+        raise ValueError(f"{where}: the translation has {len(_NUMBER.findall(zh))} numbers, the English "
+                         f"{len(numbers)}; they must match one to one")
+    it = iter(numbers)
+    return _NUMBER.sub(lambda _: next(it), zh)
 
 
 def english_notebooks() -> list[Path]:
@@ -117,10 +140,11 @@ def translation_problems(english: Path) -> list[Problem]:
             continue
         ids.add(cell["id"])
         source, entry = "".join(cell["source"]), cat["cells"].get(cell["id"])
+        sha = words_sha(english.name, cell["id"], source)
         if not entry or not entry.get("zh", "").strip():
-            out.append(Problem("MISSING", english.name, cell["id"], source, sha=en_sha(source)))
-        elif entry.get("en_sha") != en_sha(source):
-            out.append(Problem("STALE", english.name, cell["id"], source, entry["zh"], en_sha(source)))
+            out.append(Problem("MISSING", english.name, cell["id"], source, sha=sha))
+        elif entry.get("en_sha") != sha:
+            out.append(Problem("STALE", english.name, cell["id"], source, entry["zh"], sha))
     for cell_id in sorted(set(cat["cells"]) - ids):
         out.append(Problem("ORPHAN", english.name, cell_id, zh=cat["cells"][cell_id].get("zh", "")))
     return out
@@ -154,13 +178,7 @@ def localize_markdown(text: str, twins: set[str]) -> str:
 
 
 def with_zh_badges(text: str, english_name: str) -> str:
-    want = f"{zh_badges(english_name)} · [English](../{english_name})"
-    lines = text.split("\n")
-    hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
-    if hits:
-        lines[hits[-1]] = want
-        return "\n".join(lines)
-    return text.rstrip("\n") + "\n\n" + want
+    return sync_badges.with_badges(text, english_name, want=f"{zh_badges(english_name)} · [English](../{english_name})")
 
 
 def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
@@ -180,9 +198,6 @@ def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
 
 def series_table(rows: list[tuple[Path, dict | None]]) -> str:
     """The index's table: (English notebook, its zh-TW twin or None) per notebook."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import sync_badges
-
     out = ["| # | 筆記本 | 你會學到 | CPU | GPU | 開啟 |", "|---|--------|----------|-----|-----|------|"]
     for path, zh_nb in rows:
         name, entry = path.name, sync_badges.describe(path)
@@ -208,6 +223,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
         if cell["cell_type"] == "markdown":
             entry = cat["cells"].get(cell["id"], {}) if cat else {}
             text = entry.get("zh") or source
+            if entry.get("zh") and (english.name, cell["id"]) in NUMBERS_FROM_ENGLISH:
+                text = with_english_numbers(text, source, f"{english.name} cell {cell['id']}")
             if TABLE_PLACEHOLDER in text:
                 rows = [(p, (zh_series or {}).get(p.name)) for p in english_notebooks() if not p.name.startswith("00_")]
                 text = text.replace(TABLE_PLACEHOLDER, series_table(rows))

@@ -119,7 +119,13 @@ def execute(path: Path, timeout: float | None = None) -> Measurement:
             error = f"{exc.ename}: {exc.evalue}" if getattr(exc, "ename", None) else type(exc).__name__
         seconds = time.perf_counter() - start
         peak = peak_rss_bytes(pid)
-    return Measurement(path.name, seconds, peak, error)
+    return Measurement(display_name(path), seconds, peak, error)
+
+
+def display_name(path: Path) -> str:
+    """``01_x.ipynb`` for the series, ``zh-TW/01_x.ipynb`` for a translation's twin."""
+    path = Path(path).resolve()
+    return path.relative_to(NOTEBOOKS).as_posix() if path.is_relative_to(NOTEBOOKS) else path.name
 
 
 def markdown_table(rows: list[Measurement], kept: list[str] = ()) -> str:

@@ -80,9 +80,10 @@ def series(folder: Path = NOTEBOOKS) -> list[Path]:
 # ---------------------------------------------------------------- badges
 
 
-def with_badges(markdown: str, name: str) -> str:
-    """``markdown`` (a first cell) with its badge line set to ``badges_markdown(name)``."""
-    want = _project.badges_markdown(name)
+def with_badges(markdown: str, name: str, want: str | None = None) -> str:
+    """``markdown`` (a first cell) with its badge line set to ``want`` (default ``badges_markdown(name)``;
+    the zh-TW twins pass their own)."""
+    want = _project.badges_markdown(name) if want is None else want
     lines = markdown.split("\n")
     hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
     if hits:

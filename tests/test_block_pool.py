@@ -1,6 +1,7 @@
 """BlockPool: refcounts, the least-recently-freed free queue, the prefix-cache index."""
 
 import pytest
+from scriptkit import load_script
 
 from paged_lab.memory import BlockPool, InvalidBlockConfig, OutOfBlocks
 from paged_lab.memory.block_pool import FreeBlockQueue
@@ -94,13 +95,7 @@ def test_free_queue_links_stay_consistent(n):
 
 
 def test_benchmark_script_runs(capsys):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "block_manager_ops.py"
-    spec = importlib.util.spec_from_file_location("block_manager_ops", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/block_manager_ops.py")
     ratios = bench.main(["--quick", "--sizes", "100", "2000"])
     assert set(ratios) == {False, True} and all(r > 0 for r in ratios.values())
     assert "ratio 2,000 / 100 blocks" in capsys.readouterr().out

@@ -1,6 +1,5 @@
 """scripts/measure_notebooks.py: the per-notebook time and memory budget and how it is measured."""
 
-import importlib.util
 import subprocess
 import sys
 import time
@@ -8,12 +7,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from scriptkit import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("measure_notebooks", ROOT / "scripts" / "measure_notebooks.py")
-budget = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = budget
-spec.loader.exec_module(budget)
+budget = load_script("scripts/measure_notebooks.py")
 
 
 def test_time_limits_follow_the_notebook_number():

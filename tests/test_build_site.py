@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
 import pytest
+from scriptkit import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
-site = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = site
-spec.loader.exec_module(site)
+site = load_script("scripts/build_site.py")
 
 
 def _saved_figure_widget(title: str) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from scriptkit import load_script
 
 from paged_lab import exercises
 from paged_lab.exercises import EXERCISES, check, solution
@@ -193,12 +194,7 @@ def test_copies_are_not_collected_by_pytest(learner_copies):
 
 
 def _make_exercises():
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location("make_exercises", ROOT / "scripts" / "make_exercises.py")
-    mod = module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/make_exercises.py")
 
 
 def test_a_translation_folder_gets_its_own_copies(tmp_path, monkeypatch, capsys):
@@ -224,12 +220,7 @@ def test_stub_keeps_signature_and_docstring():
 
 
 def test_readme_and_index_say_where_the_exercises_are():
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location("sync_badges_for_exercises", ROOT / "scripts" / "sync_badges.py")
-    sync = module_from_spec(spec)
-    sys.modules[spec.name] = sync  # (its dataclasses look their module up there)
-    spec.loader.exec_module(sync)
+    sync = load_script("scripts/sync_badges.py", name="sync_badges_for_exercises")
     table = (ROOT / "README.md").read_text().split(sync.TABLE_START)[1].split(sync.TABLE_END)[0]
     assert "| Do it yourself |" in table.split("\n")[1]
     for path in SERIES:

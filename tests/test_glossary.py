@@ -8,13 +8,12 @@ also be one of the rows the notebook's table shows, so the reader finds it expla
 """
 
 import ast
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from scriptkit import load_script
 
 from paged_lab import glossary
 from paged_lab.glossary import TERMS, lookup, table
@@ -25,11 +24,7 @@ BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("build_glossary", ROOT / "scripts" / "build_glossary.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/build_glossary.py")
 
 
 def table_calls(nb) -> list[list[str]]:

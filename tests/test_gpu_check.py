@@ -1,13 +1,13 @@
 """scripts/gpu_check.py's CPU side: arguments, the no-GPU exit, the report. The GPU parts need a GPU."""
 
 import csv
-import importlib.util
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from scriptkit import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -15,11 +15,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
 @pytest.fixture(scope="module")
 def gc():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_arguments(gc, tmp_path, capsys):

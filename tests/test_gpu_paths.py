@@ -3,13 +3,12 @@ model choices for a T4 / A100 / CPU, the token comparison with a near-tie margin
 scripts' arguments. Nothing here measures a GPU."""
 
 import ast
-import importlib.util
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+from scriptkit import load_script
 
 import paged_lab
 from paged_lab import gpu
@@ -21,11 +20,7 @@ CONSTRUCTORS = {"randn", "zeros", "ones", "full", "arange", "tensor", "empty", "
 
 
 def _load_script(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(path)
 
 
 def _code_cells(path):

@@ -3,13 +3,12 @@
 Notebooks are found by glob, so a new notebook is checked the moment it lands in ``notebooks/``.
 """
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from scriptkit import load_script
 
 from paged_lab import _project
 
@@ -17,11 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"scripts/{name}.py")
 
 
 sync = _load("sync_badges")

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
+from scriptkit import load_script
 
 from paged_lab import glossary, i18n
 from paged_lab.quiz import Question, Quiz
@@ -27,11 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_build_zh():
-    spec = importlib.util.spec_from_file_location("build_zh", ROOT / "scripts" / "build_zh.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/build_zh.py")
 
 
 build_zh = _load_build_zh()
@@ -123,6 +119,20 @@ def test_the_staleness_check_names_a_changed_english_cell(tmp_path):
     assert f"STALE: {english.name} cell {cell_id}" in after.stdout.splitlines()
     listed = _run(root, "--stale")  # what a translator reads: the English text to translate again
     assert "A sentence the translation has not seen." in listed.stdout and f"cell {cell_id}" in listed.stdout
+
+
+def test_the_index_run_times_are_taken_from_the_english_not_translated():
+    # 00's index-paths cell holds measured run times: a new `make budget` changes its numbers only.
+    english = "| 01 | [KV](01_kv.ipynb) | ~10 min | 6 s |\n- **All** (01 → 07, about 95 min)"
+    zh = "| 01 | [KV](01_kv.ipynb) | 約 10 分鐘 | 6 秒 |\n- **全部**（01 → 07，約 95 分鐘）"
+    remeasured = english.replace("6 s", "83 s")
+    sha = build_zh.words_sha("00_index.ipynb", "index-paths", english)
+    assert build_zh.words_sha("00_index.ipynb", "index-paths", remeasured) == sha  # not stale
+    assert build_zh.words_sha("00_index.ipynb", "index-paths", remeasured.replace("All", "Every")) != sha
+    assert build_zh.words_sha("01_kv.ipynb", "index-paths", remeasured) != build_zh.en_sha(english)  # others: every digit
+    assert build_zh.with_english_numbers(zh, remeasured, "00") == zh.replace("6 秒", "83 秒")
+    with pytest.raises(ValueError, match="3 numbers, the English 5"):
+        build_zh.with_english_numbers("| 01 | 約 10 分鐘 | 6 秒 |", english.split("\n")[0] + " 1", "00")
 
 
 def test_a_changed_code_cell_makes_the_committed_twin_out_of_date(tmp_path):

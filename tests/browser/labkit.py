@@ -1,8 +1,8 @@
-"""Shared by the browser conftest and tests: where the notebooks are and what their budgets are."""
+"""Shared by the browser conftest and tests: where the notebooks are, what their budgets are, and the
+few page helpers more than one test uses."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -10,18 +10,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_budget():
-    # scripts/ is not a package; load the one module that defines the budgets so both places agree.
-    spec = importlib.util.spec_from_file_location("measure_notebooks", ROOT / "scripts" / "measure_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(ROOT / "tests"))
+from scriptkit import load_script  # noqa: E402  (re-exported for the browser tests)
 
-
-budget = _load_budget()
+# scripts/ is not a package; load the one module that defines the budgets so both places agree.
+budget = load_script("scripts/measure_notebooks.py")
 
 
 def notebooks_dir() -> Path:
     """The folder under test: ``notebooks/``, or ``$PAGED_LAB_NOTEBOOKS_DIR`` (to try a draft notebook)."""
     return Path(os.environ.get("PAGED_LAB_NOTEBOOKS_DIR", ROOT / "notebooks")).resolve()
+
+
+# The open notebook panel once the app has restored it, with a kernel session.
+PANEL_READY = """() => {
+  const app = window.jupyterapp;
+  const panel = app && app.shell.currentWidget;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return !!(kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle'
+            && panel.content && panel.content.widgets.length > 0);
+}"""
+
+FEEDBACK_TEXT = "(fb) => fb.innerText.trim()"
+
+
+def pick_until_right_and_wrong(page, feedback, right: str, wrong: str, where: str):
+    """Click the choices of the quiz question that holds ``feedback`` in order until one pick was
+    right and one wrong, checking the feedback the kernel sent back after each (it starts with
+    ``right`` or ``wrong``). Returns ``({"right"|"wrong": (button index, feedback text)}, buttons)``."""
+    buttons = feedback.locator("xpath=..").locator("button")
+    seen = {}
+    for b in range(buttons.count()):
+        before = feedback.evaluate(FEEDBACK_TEXT)
+        buttons.nth(b).click()
+        page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
+                               arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
+        text = feedback.evaluate(FEEDBACK_TEXT)
+        kind = "right" if text.startswith(right) else "wrong"
+        assert kind == "right" or text.startswith(wrong), f"{where}: unexpected feedback {text!r}"
+        seen.setdefault(kind, (b, text))
+        if len(seen) == 2:
+            break
+    return seen, buttons

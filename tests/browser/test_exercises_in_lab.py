@@ -16,7 +16,7 @@ import sys
 
 import nbformat
 import pytest
-from labkit import ROOT, budget, notebooks_dir
+from labkit import PANEL_READY, ROOT, budget, notebooks_dir
 
 pytestmark = pytest.mark.browser
 
@@ -51,14 +51,6 @@ WRONG = {
            "        starts.append(starts[-1] + end - start)\n"
            "    return starts"),
 }
-
-PANEL_READY = """() => {
-  const app = window.jupyterapp;
-  const panel = app && app.shell.currentWidget;
-  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
-  return !!(kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle'
-            && panel.content && panel.content.widgets.length > 0);
-}"""
 
 # Run one cell (by index) and wait for it: resolves once the kernel has answered.
 RUN_CELL = """async (i) => {

@@ -21,21 +21,13 @@ import time
 import nbformat
 import psutil
 import pytest
-from labkit import budget, notebooks_dir
+from labkit import PANEL_READY, budget, notebooks_dir, pick_until_right_and_wrong
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = budget.discover(notebooks_dir())
 
-# The open notebook panel once the app has restored it, with a kernel session.
-PANEL_READY = """() => {
-  const app = window.jupyterapp;
-  const panel = app && app.shell.currentWidget;
-  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
-  return !!(kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle'
-            && panel.content && panel.content.widgets.length > 0);
-}"""
 
 KERNEL_ID = "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id"
 
@@ -325,9 +317,6 @@ def _move_sliders(page, path, artifacts_dir) -> None:
             assert any(text for _, _, text in moves), f"{where}: no control updated the readout"
 
 
-FEEDBACK_TEXT = "(fb) => fb.innerText.trim()"
-
-
 def _answer_a_quiz(page, path, artifacts_dir, required: bool) -> None:
     """In the notebook's first quiz, click choices of its first question in order until one pick was
     wrong and one right, and check the feedback the kernel sent back after each."""
@@ -339,19 +328,7 @@ def _answer_a_quiz(page, path, artifacts_dir, required: bool) -> None:
     quiz.scroll_into_view_if_needed()
     feedback = quiz.locator(".paged-lab-quiz-feedback").first
     question = feedback.locator("xpath=..")
-    buttons = question.locator("button")
-    seen = {}  # "right" / "wrong" -> (button index, feedback text)
-    for b in range(buttons.count()):
-        before = feedback.evaluate(FEEDBACK_TEXT)
-        buttons.nth(b).click()
-        page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
-                               arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
-        text = feedback.evaluate(FEEDBACK_TEXT)
-        kind = "right" if text.startswith("✓ Right") else "wrong"
-        assert kind == "right" or text.startswith("✗ Not quite"), f"{path.name}: unexpected feedback {text!r}"
-        seen.setdefault(kind, (b, text))
-        if len(seen) == 2:
-            break
+    seen, buttons = pick_until_right_and_wrong(page, feedback, "✓ Right", "✗ Not quite", path.name)
     question.screenshot(path=str(artifacts_dir / f"{path.stem}-quiz.png"))
     assert set(seen) == {"right", "wrong"}, f"{path.name}: the quiz's first question gave only {seen}"
     (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import nbformat
 import pytest
-from labkit import ROOT
+from labkit import load_script
 
 pytestmark = pytest.mark.browser
 
 
 def _build_site():
-    spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/build_site.py")
 
 
 PLAYGROUND = """import ipywidgets as W
 import plotly.graph_objects as go
 from paged_lab.viz.widgets import interactive
+from labkit import load_script
 
 def bars(n):
     return go.Figure(go.Bar(x=list("abcdef")[:n], y=list(range(1, n + 1))), layout_title_text=f"{n} bars")

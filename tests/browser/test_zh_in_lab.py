@@ -18,11 +18,10 @@ import re
 import time
 
 import pytest
-from labkit import budget
+from labkit import PANEL_READY, budget, pick_until_right_and_wrong
 from test_notebooks_in_lab import (
     KERNEL_ID,
     KERNEL_IDLE,
-    PANEL_READY,
     REPORT,
     RUN_ALL,
     SNAPSHOT,
@@ -118,28 +117,13 @@ def _move_a_slider(page, artifacts_dir) -> None:
     box.screenshot(path=str(artifacts_dir / "zh-TW-02-box0.png"))
 
 
-FEEDBACK = "(fb) => fb.innerText.trim()"
-
-
 def _answer_the_quiz(page, artifacts_dir) -> None:
     quiz = page.locator(".jp-NotebookPanel .paged-lab-quiz").first
     quiz.scroll_into_view_if_needed()
     assert "小測驗" in quiz.inner_text()
     feedback = quiz.locator(".paged-lab-quiz-feedback").first
     question = feedback.locator("xpath=..")
-    buttons = question.locator("button")
-    seen = {}
-    for b in range(buttons.count()):
-        before = feedback.evaluate(FEEDBACK)
-        buttons.nth(b).click()
-        page.wait_for_function(f"([fb, before]) => ({FEEDBACK})(fb) !== before && ({FEEDBACK})(fb) !== ''",
-                               arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
-        text = feedback.evaluate(FEEDBACK)
-        kind = "right" if text.startswith("✓ 答對了") else "wrong"
-        assert kind == "right" or text.startswith("✗ 不太對"), f"unexpected feedback {text!r}"
-        seen.setdefault(kind, (b, text))
-        if len(seen) == 2:
-            break
+    seen, buttons = pick_until_right_and_wrong(page, feedback, "✓ 答對了", "✗ 不太對", "zh-TW 02")
     question.screenshot(path=str(artifacts_dir / "zh-TW-02-quiz.png"))
     assert set(seen) == {"right", "wrong"}, seen
     (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]
