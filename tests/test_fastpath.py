@@ -36,7 +36,7 @@ def test_fast_scheduler_matches_the_textbook_one(n, seed, block_size, num_blocks
        num_blocks=st.integers(1, 40), caching=st.booleans(), cfg=config)
 def test_in_place_appends_without_an_event_log_match_the_textbook_appends(n, seed, block_size, num_blocks,
                                                                           caching, cfg):
-    # simulate()'s default pool records no events: then FastScheduler appends in place (fastpath.py).
+    # simulate()'s default pool records no events; FastScheduler appends in place (fastpath.py) with or without.
     wl = W.shared_prefix(n, prefix_len=8, suffix_len=(1, 12), output_len=(1, 30), seed=seed)
     (a, bm_a), (b, bm_b) = run_both(wl, lambda: BlockManager(num_blocks, block_size, caching),
                                     lambda: paged(num_blocks, block_size, caching), cfg)

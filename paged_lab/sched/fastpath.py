@@ -13,7 +13,7 @@ ContiguousAllocator 3.01 and 2.18 (1.38x). The textbook decode path asks ``can_a
 and what costs the time. The tricks, and why each is safe:
 
 * a decode first tries the allocator's common case in place (``_in_place_appender``: a free slot
-  in a block or reservation that is the sequence's alone), then ``append_token``, and catches
+  in a block or reservation that is the sequence's alone; the same event is logged), then ``append_token``, and catches
   OutOfBlocks instead of asking ``can_append`` first: every allocator operation is all-or-nothing,
   so a failed try changed nothing, and only then does it fall back to the textbook
   ``_reserve_decode_slot`` (which preempts);
@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from paged_lab.memory.block_manager import BlockManager
 from paged_lab.memory.errors import OutOfBlocks
+from paged_lab.memory.events import Event
 from paged_lab.sched.contiguous import ContiguousAllocator
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RUNNING, Scheduler
@@ -96,13 +97,14 @@ def _in_place_appender(allocator) -> Callable[[object, int], bool]:
 
     * BlockManager: the token lands in the last block, which has a free slot, is the sequence's
       alone (refcount 1), and is not filled by this token while prefix caching must hash it. Then
-      no block moves and nothing can fail: record the token, count its slot. A manager that
-      records events gets no shortcut (the event log must see every append).
+      no block moves and nothing can fail: record the token, count its slot, and log the same
+      "append" event ``append_token`` logs when the manager records events.
     * ContiguousAllocator: the reservation has room: count the token.
     """
-    if isinstance(allocator, BlockManager) and not allocator.record_events:
+    if isinstance(allocator, BlockManager):
         seqs, refcounts, block_size = allocator._seqs, allocator.pool.refcounts, allocator.block_size
         hashed_fill = block_size - 1 if allocator.enable_prefix_caching else -1
+        events = allocator.events if allocator.record_events else None
 
         def append_to_block(seq_id, token_id: int) -> bool:
             s = seqs[seq_id]
@@ -111,6 +113,9 @@ def _in_place_appender(allocator) -> Callable[[object, int], bool]:
                 return False
             s.token_ids.append(token_id)
             allocator._used_slots += 1
+            if events is not None:
+                events.append(Event(len(events), "append", seq_id, (s.table[-1],), len(s.token_ids), None,
+                                    allocator.clock))
             return True
         return append_to_block
     if isinstance(allocator, ContiguousAllocator):
