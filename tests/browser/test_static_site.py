@@ -16,7 +16,6 @@ def _build_site():
 PLAYGROUND = """import ipywidgets as W
 import plotly.graph_objects as go
 from paged_lab.viz.widgets import interactive
-from labkit import load_script
 
 def bars(n):
     return go.Figure(go.Bar(x=list("abcdef")[:n], y=list(range(1, n + 1))), layout_title_text=f"{n} bars")
