@@ -3,6 +3,7 @@ few page helpers more than one test uses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -52,3 +53,18 @@ def pick_until_right_and_wrong(page, feedback, right: str, wrong: str, where: st
         if len(seen) == 2:
             break
     return seen, buttons
+
+
+@contextlib.contextmanager
+def notebook_session(page, artifacts_dir: Path, name: str):
+    """Around a test's work in the open notebook: on a failure, keep what the learner would have seen
+    (``NAME-FAILED.png``) and print what the page complained about; pass or fail, shut the kernel
+    down, which frees its memory before the next notebook."""
+    try:
+        yield
+    except Exception:
+        page.screenshot(path=str(artifacts_dir / f"{name}-FAILED.png"))
+        print(f"uncaught errors in the page: {page.problems or 'none'}")
+        raise
+    finally:
+        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")

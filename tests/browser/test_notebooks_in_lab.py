@@ -21,7 +21,7 @@ import time
 import nbformat
 import psutil
 import pytest
-from labkit import PANEL_READY, budget, notebooks_dir, pick_until_right_and_wrong
+from labkit import PANEL_READY, budget, notebook_session, notebooks_dir, pick_until_right_and_wrong
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
@@ -176,14 +176,8 @@ def test_colab_fallback_redraws_in_jupyterlab(lab_server, page, artifacts_dir):
 def _open_and_check(page, lab_server, path, artifacts_dir, record: bool = True) -> None:
     page.goto(lab_server.notebook_url(path.name))
     page.wait_for_function(PANEL_READY, timeout=90_000)
-    try:
+    with notebook_session(page, artifacts_dir, path.stem):
         _run_and_check(page, path, artifacts_dir, record)
-    except Exception:  # keep what the learner would have seen, and what the page complained about
-        page.screenshot(path=str(artifacts_dir / f"{path.stem}-FAILED.png"))
-        print(f"uncaught errors in the page: {page.problems or 'none'}")
-        raise
-    finally:  # free the kernel's memory before the next notebook, pass or fail
-        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 
 
 def _run_and_check(page, path, artifacts_dir, record: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from labkit import notebook_session
 
 pytestmark = pytest.mark.browser
 
@@ -48,7 +49,7 @@ def _settled(page, box, before, timeout_s: float = 30.0) -> dict:
 def test_time_section_draws_the_curve_and_its_sliders_redraw_it(lab_server, page, artifacts_dir):
     page.goto(lab_server.notebook_url(NOTEBOOK))
     page.wait_for_function(READY, timeout=90_000)
-    try:
+    with notebook_session(page, artifacts_dir, "05-time"):
         page.evaluate(RUN_ALL)
         page.wait_for_function("() => window.__runAll !== null", timeout=240_000, polling=250)
         assert page.evaluate("() => window.__runAll") == {"ok": True}
@@ -70,9 +71,3 @@ def test_time_section_draws_the_curve_and_its_sliders_redraw_it(lab_server, page
             assert after["figure"] != before["figure"], f"slider {label!r} did not redraw the figure"
             assert after["readout"] != before["readout"], f"slider {label!r} did not update the readout"
         box.screenshot(path=str(artifacts_dir / "05-time-playground.png"))
-    except Exception:
-        page.screenshot(path=str(artifacts_dir / "05-time-FAILED.png"))
-        print(f"uncaught errors in the page: {page.problems or 'none'}")
-        raise
-    finally:
-        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")

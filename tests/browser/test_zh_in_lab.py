@@ -18,7 +18,7 @@ import re
 import time
 
 import pytest
-from labkit import PANEL_READY, budget, pick_until_right_and_wrong
+from labkit import PANEL_READY, budget, notebook_session, pick_until_right_and_wrong
 from test_notebooks_in_lab import (
     KERNEL_ID,
     KERNEL_IDLE,
@@ -53,14 +53,8 @@ def test_a_zh_tw_notebook_runs_reacts_and_draws_chinese(lab_server, page, artifa
     assert path.exists(), f"{NOTEBOOK} is missing: run python scripts/build_zh.py"
     page.goto(lab_server.notebook_url(NOTEBOOK))
     page.wait_for_function(PANEL_READY, timeout=90_000)
-    try:
+    with notebook_session(page, artifacts_dir, "zh-TW-02"):
         _run_and_check(page, path, artifacts_dir)
-    except Exception:
-        page.screenshot(path=str(artifacts_dir / "zh-TW-02-FAILED.png"))
-        print(f"uncaught errors in the page: {page.problems or 'none'}")
-        raise
-    finally:
-        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 
 
 def _run_and_check(page, path, artifacts_dir) -> None:
