@@ -4,3 +4,23 @@
 stubs on purpose; they are not collected, nor are the translation catalogues (notebooks/i18n/)."""
 
 collect_ignore_glob = ["exercises/*", "*/exercises/*", "i18n/*"]
+
+
+# Notebook 07 and its zh-TW twin time real decode steps (the roofline check). Under `make test`'s two
+# workers (--dist loadfile: one file to one worker) they would otherwise often run at the same time
+# and slow each other's steps; one scope sends both to the same worker, one after the other.
+SHARED_SCOPES = {"07_paged_engine_real_model.ipynb": "notebook 07, English and zh-TW"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None  # xdist's own scheduler
+
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedScopeScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            scope = super()._split_scope(nodeid)
+            return SHARED_SCOPES.get(scope.rsplit("/", 1)[-1], scope)
+
+    return SharedScopeScheduling(config, log)

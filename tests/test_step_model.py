@@ -61,8 +61,13 @@ def test_measure_decode_steps_reads_the_engines_timeline_and_the_figure_draws_it
     llm = LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
               attention_backend="torch", enable_prefix_caching=False)
     probe = MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
-    rows = measure_decode_steps(llm, probe, batch_sizes=(1, 3), context_lens=(8, 20), max_tokens=3)
+    rows = measure_decode_steps(llm, probe, batch_sizes=(1, 3), context_lens=(8, 20), max_tokens=3, rounds=2)
     assert [(r["batch_size"], r["context_len"]) for r in rows] == [(1, 8), (3, 8), (1, 20), (3, 20)]
+    # the shapes take turns, round after round: two decode steps each (max_tokens=3, the prefill samples one)
+    decode_batches = [t["num_decode"] for t in llm.timeline if t["num_prefill"] == 0]
+    assert decode_batches == [1, 1, 3, 3, 1, 1, 3, 3] * 2
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1"):
+        measure_decode_steps(llm, probe, rounds=0)
     # decodes at steps 1 and 2; the middle one (step 2) of 3 sequences with 20-token prompts reads
     # 3 x 22 tokens of context (prompt + 2 sampled tokens, the newest one included)
     assert rows[3]["bytes"] == step_cost(llm.spec, 3, 66).bytes

@@ -96,25 +96,33 @@ def predict_step_seconds(cost: StepCost, probe: MachineProbe) -> float:
 
 
 def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), context_lens=(16, 128),
-                         max_tokens: int = 6) -> list[dict]:
+                         max_tokens: int = 6, rounds: int = 3) -> list[dict]:
     """Run ``llm`` on synthetic prompts for each (batch size, context length) and read its own step
-    timeline: the median of its pure decode steps (5 by default: one slow step, when other work
-    shares the machine, does not move it), beside the roofline's prediction for them."""
+    timeline: the median of its pure decode steps, beside the roofline's prediction for them.
+
+    Each shape runs ``rounds`` times, the shapes taking turns (1, 4, 16, 1, 4, 16, ...). Why: when
+    other work shares the machine for a few seconds, it then slows a step of every shape alike, and
+    the comparison between shapes (is 8 sequences far from 8x one?) still holds."""
     from statistics import median
 
     from paged_lab.engine.params import SamplingParams
 
     sp = SamplingParams(temperature=0, max_tokens=check_int("max_tokens", max_tokens, minimum=2), ignore_eos=True)
-    rows = []
-    for ctx in context_lens:
-        for bs in batch_sizes:
+    shapes = [(ctx, bs) for ctx in context_lens for bs in batch_sizes]
+    decodes: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
+    for _ in range(check_int("rounds", rounds, minimum=1)):
+        for ctx, bs in shapes:
             start = len(llm.timeline)
             # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
             llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]} for i in range(bs)],
                          sp, use_tqdm=False)
-            decodes = [t for t in llm.timeline[start:] if t["num_prefill"] == 0 and t["num_decode"] == bs]
-            mid = decodes[len(decodes) // 2]
-            cost = step_cost(llm.spec, mid["num_batched_tokens"], mid["num_context_tokens"], llm.dtype)
-            rows.append({"batch_size": bs, "context_len": ctx, "measured_s": median(t["seconds"] for t in decodes),
-                         "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes, "flops": cost.flops})
+            decodes[ctx, bs] += [t for t in llm.timeline[start:] if t["num_prefill"] == 0 and t["num_decode"] == bs]
+    rows = []
+    for ctx, bs in shapes:
+        steps = decodes[ctx, bs]
+        per_run = len(steps) // rounds
+        mid = steps[per_run // 2]  # the middle decode step of a run: its bytes and FLOPs
+        cost = step_cost(llm.spec, mid["num_batched_tokens"], mid["num_context_tokens"], llm.dtype)
+        rows.append({"batch_size": bs, "context_len": ctx, "measured_s": median(t["seconds"] for t in steps),
+                     "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes, "flops": cost.flops})
     return rows
