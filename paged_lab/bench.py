@@ -128,6 +128,8 @@ def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:
             out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
                                  generation_config=gc)
         assert out.shape[1] == width + longest, "hf_static stopped early"
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)  # stop the clock when the GPU has finished, not when it was told to
     return RunResult("hf_static", time.perf_counter() - t, _useful(workload))
 
 

@@ -325,10 +325,20 @@ def _st_first_fit():
 def _expect_first_fit(reservations, num_slots, size):
     from paged_lab.sched.contiguous import ContiguousAllocator
 
-    alloc = ContiguousAllocator(num_slots, 1)
-    alloc._starts = sorted(s for s, _ in reservations)  # the same state, set directly
-    alloc._size_at = dict(reservations)
-    return alloc._first_fit(size)
+    # the same state, built the way the allocator builds it: in address order, a filler reservation for
+    # each gap and then the reservation itself (first fit puts each right after the last), then the
+    # fillers freed
+    alloc, pos, fillers = ContiguousAllocator(num_slots, num_slots), 0, []
+    for i, (start, reserved) in enumerate(sorted(reservations)):
+        if start > pos:
+            fillers.append(("gap", i))
+            alloc.allocate(fillers[-1], [0], reserve=start - pos)
+        alloc.allocate(i, [0], reserve=reserved)
+        pos = start + reserved
+    for filler in fillers:
+        alloc.free(filler)
+    assert _reservations(alloc) == sorted(reservations)
+    return alloc.first_fit(size)
 
 
 def _st_utilization():
@@ -644,7 +654,7 @@ def _exercises() -> dict[str, Exercise]:
                  (([], 10, 4), ([(0, 4), (6, 4)], 10, 2), ([(0, 4), (6, 4)], 10, 3)), _st_first_fit,
                  "walk the reservations in address order; the gap before each one, and the gap after the "
                  "last, are the holes. Return the start of the first hole of at least `size` slots, else None.",
-                 "paged_lab.sched.contiguous:ContiguousAllocator._first_fit"),
+                 "paged_lab.sched.contiguous:ContiguousAllocator.first_fit"),
         Exercise("utilization", ("regions",), _expect_utilization,
                  (([(3, 8), (8, 8)],), ([],)), _st_utilization,
                  "slots holding a token over slots reserved, summed over all reservations (not averaged); "

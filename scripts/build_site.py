@@ -34,6 +34,7 @@ NOTEBOOKS = ROOT / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+TRANSLATED_FOLDERS = ("zh-TW",)  # notebooks/zh-TW/ -> site/zh-TW/
 QUIZ_STATIC = "paged-lab-quiz-static"  # paged_lab.quiz's text rendering
 
 # Show the static picture of a playground only where the live widget did not render a figure.
@@ -202,6 +203,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--disable-quic", "--no-first-run"]  # fmt: skip
 
 
+def shot_name(page_path: Path) -> str:
+    """The screenshot's file name: a translated page keeps its folder in the name (``zh-TW-01_kv_cache_math.png``),
+    so that it does not overwrite the English page's ``01_kv_cache_math.png``."""
+    folder = page_path.parent.name
+    return f"{folder}-{page_path.stem}.png" if folder in TRANSLATED_FOLDERS else f"{page_path.stem}.png"
+
+
 def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromium") -> list[str]:
     """Open each page in headless Chromium (offline is fine), screenshot its top into ``shots``, and
     return the pages where fewer figures were drawn than the page holds."""
@@ -227,7 +235,7 @@ def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromi
                 "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
                 ".filter((p) => p.querySelector('.main-svg') && (p.data || []).length > 0).length"
             )
-            page.screenshot(path=str(shots / f"{page_path.stem}.png"))
+            page.screenshot(path=str(shots / shot_name(page_path)))
             if drawn < expected:
                 problems.append(f"{page_path.name}: {drawn} of {expected} figures drawn")
             page.close()
@@ -243,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
     parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
     args = parser.parse_args(argv)
-    series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + sorted((NOTEBOOKS / "zh-TW").glob("[0-9][0-9]_*.ipynb"))
+    series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + [
+        p for folder in TRANSLATED_FOLDERS for p in sorted((NOTEBOOKS / folder).glob("[0-9][0-9]_*.ipynb"))]
     chosen = [p for p in series if not args.only or any(p.name.startswith(o) for o in args.only)]
     if not chosen:
         print(f"no notebook in {NOTEBOOKS} matches {args.only}", file=sys.stderr)

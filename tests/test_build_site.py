@@ -72,3 +72,9 @@ def test_collapsed_cells_show_only_their_output(nb):
     page = site.to_html(nb, [])
     assert "SETUP-CODE" not in page and "setup done" in page
     assert nb.cells[1].metadata.get("transient") is None  # the notebook itself is not changed
+
+
+def test_an_english_page_and_its_translation_get_screenshots_of_their_own():
+    en, zh = Path("site/01_kv_cache_math.html"), Path("site/zh-TW/01_kv_cache_math.html")
+    assert site.shot_name(en) == "01_kv_cache_math.png"
+    assert site.shot_name(zh) == "zh-TW-01_kv_cache_math.png"

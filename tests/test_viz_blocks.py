@@ -101,7 +101,10 @@ def test_prefix_sharing_numbers_come_from_the_block_manager():
     assert s["blocks_without_sharing"] == 16 and s["blocks_with_sharing"] == 3 + 4
     assert s["prefix_cache_hits"] == 3 * 48 and s["prefix_cache_queries"] == 4 * 60
     fig = V.fig_prefix_sharing(k=4, system_len=48, block_size=16, user_len=12)
-    assert list(fig.data[0].y) == [16, 7]
+    assert list(fig.data[0].text) == ["16 blocks", "7 blocks"] and list(fig.data[0].y) == [1, 7 / 16]
+    # the axis stays put when a slider moves: only the bars change
+    other = V.fig_prefix_sharing(k=64, system_len=512, block_size=1, user_len=12)
+    assert other.layout.yaxis.range == fig.layout.yaxis.range and max(other.data[0].y) == 1
     assert "hit rate 60%" in fig.layout.title.text
 
 

@@ -86,7 +86,9 @@ class ContiguousAllocator:
         reserve = self._reserve_size(reserve, "stranded_slots")
         return sum(n for _, n in self.holes() if n < reserve)
 
-    def _first_fit(self, size: int) -> int | None:
+    def first_fit(self, size: int) -> int | None:
+        """Where a reservation of ``size`` slots would go: the start of the first hole (in address
+        order) with at least ``size`` slots, or None when no hole is big enough."""
         pos = 0
         for s in self._starts:
             if s - pos >= size:
@@ -173,7 +175,7 @@ class ContiguousAllocator:
         ``reserve`` slots (default ``max_seq_len``) exists?"""
         size = self._reserve_size(reserve, "can_allocate")
         n = tokens if isinstance(tokens, int) else len(tokens)
-        return n <= size and self._first_fit(size) is not None
+        return n <= size and self.first_fit(size) is not None
 
     def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None) -> list[int]:
         """Reserve ``reserve`` slots (default ``max_seq_len``) in a row, first fit, and write the
@@ -187,7 +189,7 @@ class ContiguousAllocator:
         if n > size:
             limit = f"max_seq_len={size}" if reserve is None else f"reserve={size}"
             raise ValueError(f"token_ids: {n} tokens exceed {limit}")
-        start = self._first_fit(size)
+        start = self.first_fit(size)
         if start is None:
             raise OutOfBlocks(size, self.num_free_blocks,
                               f"allocate(seq_id={seq_id!r}) reserving {size} slots in a row "

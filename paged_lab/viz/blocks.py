@@ -239,18 +239,24 @@ def fig_free_queue(state: PoolState | BlockManager, title: str = "The free queue
 
 def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, user_len: int = 12
                        ) -> go.Figure:
-    """``k`` requests with one system prompt: blocks used without and with prefix caching."""
+    """``k`` requests with one system prompt: blocks used without and with prefix caching.
+
+    The bars are drawn as a share of the blocks without sharing, on an axis that never moves: as a
+    slider changes, the green bar itself grows or shrinks (the labels keep the block counts)."""
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
     names = ["without sharing", "with prefix caching"]
     used = [s["blocks_without_sharing"], s["blocks_with_sharing"]]
-    fig = go.Figure(go.Bar(x=names, y=used, marker_color=["#7f7f7f", "#2ca02c"],
-                           text=[f"{u} blocks" for u in used], textposition="outside"))
+    fig = go.Figure(go.Bar(x=names, y=[u / used[0] for u in used], marker_color=["#7f7f7f", "#2ca02c"],
+                           text=[f"{u} blocks" for u in used], textposition="outside",
+                           hovertext=[f"{u} blocks, {u / used[0]:.0%} of the blocks without sharing" for u in used],
+                           hoverinfo="text"))
     saved = 1 - used[1] / used[0]
     fig.update_layout(
         title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
               f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
-        yaxis_title="physical blocks in use", height=380, margin=dict(t=90, b=40),
-        yaxis=dict(range=[0, max(used) * 1.2 + 1]))
+        yaxis=dict(title="physical blocks in use<br>(share of without sharing)", range=[0, 1.2],
+                   tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1]),
+        height=380, margin=dict(t=90, b=40))
     return fig
 
 
