@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from paged_lab import kv_math
+from paged_lab import i18n, kv_math
 from paged_lab.memory import block_manager as _bm
 from paged_lab.memory import prefix_cache
 
@@ -66,10 +66,10 @@ class Result:
 
     def _repr_html_(self) -> str:
         color = "#2ca02c" if self.passed else "#d62728"
-        head, _, rest = self.text.partition("\n")
+        head, _, rest = _shown(self.text).partition("\n")
         body = f"<pre style='white-space:pre-wrap;margin:4px 0'>{html.escape(rest)}</pre>" if rest else ""
-        sol = (f"<details open><summary>Solution</summary><pre>{html.escape(self.solution)}</pre></details>"
-               if self.solution else "")
+        sol = (f"<details open><summary>{i18n.t('Solution')}</summary><pre>{html.escape(_shown_solution(self.solution))}"
+               "</pre></details>" if self.solution else "")
         return (f'<div class="{CHECK_CLASS}" data-passed="{str(self.passed).lower()}" '
                 f'style="border-left:4px solid {color};padding:4px 8px">'
                 f'<b style="color:{color}">{html.escape(head)}</b>{body}{sol}</div>')
@@ -78,7 +78,25 @@ class Result:
         return f"Result({self.exercise!r}, passed={self.passed})"
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain: the feedback itself
-        p.text(str(self))
+        p.text(_shown(self.text) + (f"\n\n{_shown_solution(self.solution)}" if self.solution else ""))
+
+
+def _shown(text: str) -> str:
+    """The feedback in the learner's language (``paged_lab.i18n``), line by line; the Result itself
+    stays English, so a notebook's ``assert result, result.text`` reads the same in every edition."""
+    if i18n.lang() == "en":
+        return text
+    lines = []
+    for line in text.split("\n"):
+        body = line.lstrip()  # the indent of "  expected: ..." stays
+        lines.append(line[:len(line) - len(body)] + i18n.t(body, record=False) if body else line)
+    return "\n".join(lines)
+
+
+def _shown_solution(text: str) -> str:
+    """The solution's first line in the learner's language; the package's source below it as it is."""
+    head, sep, code = text.partition("\n")
+    return i18n.t(head, record=False) + sep + code
 
 
 # ---------------------------------------------------------------- grading

@@ -277,3 +277,29 @@ def test_templates_split_where_the_catalogue_can_translate(zh):
     # a title wrapped for display (viz.widgets.wrap_title) is found with its wrap undone
     assert i18n.t("External fragmentation: free lockers that add<br>up, but not in a row") == "外部碎片：空櫃子加起來夠多，卻不連號"
     assert not i18n.missing()
+
+
+def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
+    """Every line a learner reads from check() (the verdict, expected/yours, the hint, the stub's message,
+    the solution's heading) is translated when shown; the call and the package's code stay as they are."""
+    import re
+
+    from paged_lab import exercises as X
+
+    def stub(*args):
+        raise NotImplementedError(f"write {name}(): {ex.hint}")
+
+    for name, ex in X.EXERCISES.items():
+        stub.__name__ = name
+        wrong = X._failure(ex, ex.cases[0], "returned 0", generated=True)
+        for text in (X.check(stub, name).text, wrong, X._failure(ex, ex.cases[0], "returned 0", generated=False),
+                     f"{X.PASS} {name}: right on 3 fixed cases and 25 generated ones; it answers as the package does."):
+            shown = X._shown(text)
+            for line in shown.split("\n"):
+                if line.strip() and not line.strip().startswith(f"{name}("):  # the call: code, as typed
+                    assert re.search(r"[\u4e00-\u9fff]", line) and not i18n.needs_translation(line), \
+                        f"{name}: untranslated feedback line {line!r}"
+        result = X.Result(name, False, wrong, X.solution(name))
+        html = result._repr_html_()
+        assert "提示：" in html and "<summary>解答</summary>" in html and "解答：套件自己的程式碼" in html
+        assert result.text == wrong and "Hint: " in str(result)  # the object itself stays English
