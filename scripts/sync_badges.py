@@ -301,9 +301,10 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         "else:\n"
         '    print("CPU session: every notebook runs; GPU-only cells print a skip message.")\n'
         f"SERIES = {[e.name for e in entries]!r}\n"
-        'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))\n'
-        'assert DEVICE in ("cpu", "cuda")'
+        'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))'
     )
+    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to keep the '
+                    'reading path clear)\nassert DEVICE in ("cpu", "cuda")')
     how = (
         "## How to use the series\n\n"
         "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs every notebook as a test.\n"
@@ -322,6 +323,8 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         ("index-paths", v4.new_markdown_cell(paths_markdown(entries))),
         ("index-3", v4.new_markdown_cell(where)),
         ("index-4", v4.new_code_cell(device)),
+        ("index-4-check", v4.new_code_cell(device_check, metadata={"jupyter": {"source_hidden": True},
+                                                                  "tags": ["check"]})),
         ("index-5", v4.new_markdown_cell(how)),
     ]
     cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))  # added later: its own id, theirs unchanged

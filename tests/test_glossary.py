@@ -131,3 +131,41 @@ def test_the_check_can_fail():
     assert table_calls(nb) == [["slot", "warp drive"]]
     assert summary_terms(nb) == ["flux capacitor"] and not glossary.knows("flux capacitor")
     assert not glossary.knows("warp drive")
+
+
+# A story's words, and the first notebook that no longer needs them: the lockers (02) have taught
+# slot, block and block table by the end of 03; the three windows are notebook 05's own story.
+STORY_WORDS = {"the station's lockers": (r"\blockers?\b|Ah-Ye|阿頁", 4), "the service windows": (r"\bwindows?\b", 6)}
+
+
+def story_leftovers(path) -> list[str]:
+    """Where a notebook past a story's own uses its words outside its opening cell (the hook may recall
+    the story in a sentence) and outside the links to other notebooks (their titles name the stories)."""
+    nb = nbformat.read(path, as_version=4)
+    number = int(path.name[:2])
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if i == 0 or "**Next →**" in cell.source:
+            continue
+        for story, (words, from_notebook) in STORY_WORDS.items():
+            if number >= from_notebook and re.search(words, cell.source, flags=re.I):
+                line = next(x for x in cell.source.splitlines() if re.search(words, x, flags=re.I))
+                found.append(f"cell {cell.get('id')} ({story}): {line.strip()[:80]}")
+    return found
+
+
+@pytest.mark.parametrize("path", EVERY_NOTEBOOK, ids=[p.stem for p in EVERY_NOTEBOOK])
+def test_the_metaphor_is_dropped_once_the_real_term_is_learned(path):
+    """Issue 20: after the notebook that teaches the real terms, prose, figure titles and comments say
+    block, slot, block table and running sequence; the story is recalled in the opening cell only."""
+    assert story_leftovers(path) == []
+
+
+def test_the_story_leftover_check_can_fail(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 07 · X\n\nAh-Ye's lockers, recalled in the hook."),
+                nbformat.v4.new_code_cell('fig(title="Six requests through three windows")'),
+                nbformat.v4.new_markdown_cell("**Next →** [05 · the three windows](05_x.ipynb)")]
+    path = tmp_path / "07_x.ipynb"
+    nbformat.write(nb, path)
+    assert [p.split(" (")[1].split(")")[0] for p in story_leftovers(path)] == ["the service windows"]

@@ -65,12 +65,48 @@ class TestNotebook:
                 assert cell.outputs == [], f"{path.name}: cell {i} has outputs"
                 assert cell.execution_count is None, f"{path.name}: cell {i} has an execution count"
 
+    def test_checks_sit_in_check_cells_out_of_the_reading_path(self, path):
+        """Issue 20: a teaching cell reads without assert lines. Every fact is asserted in a cell tagged
+        ``check`` (collapsed: its output shows, its source folds away) or ``grade`` (an exercise's
+        check). The one exception: an assert inside a branch that runs only with a GPU or vLLM
+        (``if torch.cuda.is_available():``, ``find_spec("vllm")``), next to what it measures there."""
+        for i, cell in enumerate(read(path).cells):
+            if cell.cell_type != "code":
+                continue
+            tags = cell.metadata.get("tags", [])
+            if "check" in tags:
+                assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, (
+                    f"{path.name}: check cell {i} ({cell.id}) is not collapsed")
+            if "check" in tags or "grade" in tags:
+                continue
+            assert not _unguarded_asserts(cell.source), (
+                f"{path.name}: cell {i} ({cell.id}) asserts in the reading path: "
+                f"{_unguarded_asserts(cell.source)}; move them to a check cell after it")
+
     def test_no_class_definitions(self, path):
         for i, cell in enumerate(read(path).cells):
             if cell.cell_type == "code":
                 assert not re.search(r"^\s*class\s+\w+", cell.source, flags=re.M), (
                     f"{path.name}: cell {i} defines a class; helpers belong in the paged_lab package"
                 )
+
+
+def _unguarded_asserts(source: str) -> list[int]:
+    """Line numbers of the asserts in ``source`` that are not inside an ``if`` about a GPU or vLLM."""
+    import ast
+
+    tree = ast.parse(source)
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and re.search(r"cuda|find_spec", ast.unparse(node.test)):
+            guarded |= {n.lineno for n in ast.walk(node) if isinstance(n, ast.Assert)}
+    return sorted(n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assert) and n.lineno not in guarded)
+
+
+def test_the_assert_rule_sees_nested_asserts_and_spares_gpu_branches():
+    assert _unguarded_asserts("x = 1\nfor i in range(2):\n    assert i < 2\n") == [3]
+    assert _unguarded_asserts("if torch.cuda.is_available():\n    assert True\nelse:\n    print(1)\n") == []
+    assert _unguarded_asserts("assert 1\n") == [1]
 
 
 def test_index_and_readme_are_in_sync():
