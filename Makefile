@@ -63,6 +63,16 @@ test-browser: $(STAMP)
 .PHONY: budget
 budget: $(STAMP)
 	$(PY) scripts/measure_notebooks.py --write docs/notebooks.md
+	@# The index and the README quote these run times, and the zh-TW index is built from the index.
+	$(MAKE) --no-print-directory sync
+
+# After a notebook or docs/notebooks.md changes: badges, the README table and 00_index, then the zh-TW
+# twins (their index comes from the English one), then the twins' badges.
+.PHONY: sync
+sync: $(STAMP)
+	$(PY) scripts/sync_badges.py
+	$(PY) scripts/build_zh.py
+	$(PY) scripts/sync_badges.py
 
 # The executed series as static pages in site/ (not committed): plotly figures embedded, widget state kept.
 # With chromium present it also opens every page headless and checks its figures are drawn.

@@ -155,18 +155,3 @@ def test_interactive_figures_fill_the_width_with_whole_titles():
         assert fig.layout.width is None and "<br>" in fig.layout.title.text
         if not fallback:
             assert box.figure.layout.width is None and box.figure.layout.title.text == fig.layout.title.text
-
-
-def test_table_shows_rows_as_a_table():
-    t = widgets.table([{"block size": 1, "empty slots (%)": 0.0}, {"block size": 16, "empty slots (%)": 1.9}])
-    assert t.header == ["block size", "empty slots (%)"] and t.rows == [[1, 0.0], [16, 1.9]]
-    assert "<th>block size</th>" in t._repr_html_() and "<td>16</td><td>1.9</td>" in t._repr_html_()
-    assert str(t).splitlines()[2] == "| 1 | 0.0 |"
-    by_label = widgets.table({"static": {"steps": 8}, "continuous": {"steps": 6}}, index="mode")
-    assert by_label.header == ["mode", "steps"] and by_label.rows[1] == ["continuous", 6]
-    with pytest.raises(ValueError, match="index"):
-        widgets.table({"static": {"steps": 8}})
-    with pytest.raises(ValueError, match="other columns"):
-        widgets.table([{"a": 1}, {"b": 2}])
-    with pytest.raises(ValueError, match="at least one row"):
-        widgets.table([])

@@ -17,6 +17,7 @@ from paged_lab.kv_math import (
     list_specs,
     plan_capacity,
 )
+from paged_lab.viz.tables import Table
 
 KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c"}
 K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
@@ -181,21 +182,7 @@ def capacity_readout(model: str | ModelSpec, dtype: str, context_len: int, num_r
     return head + why
 
 
-class _MarkdownTable:
-    """A small table that Jupyter shows as a table (and ``print`` as Markdown)."""
-
-    def __init__(self, header: Sequence[str], rows: Sequence[Sequence[object]]):
-        self.header, self.rows = list(header), [list(r) for r in rows]
-
-    def _repr_markdown_(self) -> str:
-        lines = ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
-        lines += ["| " + " | ".join(f"{c:,}" if isinstance(c, int) else str(c) for c in r) + " |" for r in self.rows]
-        return "\n".join(lines)
-
-    __str__ = _repr_markdown_
-
-
-def measurement_table(measured: dict, formula_bytes: int) -> _MarkdownTable:
+def measurement_table(measured: dict, formula_bytes: int) -> Table:
     """``models.measure_kv_cache``'s result beside the formula, as a table (not a dict dump)."""
     rows = [
         ("tokens in the prompt", measured["num_tokens"]),
@@ -206,11 +193,11 @@ def measurement_table(measured: dict, formula_bytes: int) -> _MarkdownTable:
         ("bytes the formula predicts (tokens × bytes per token)", formula_bytes),
         ("bytes per token, measured", measured["bytes_per_token"]),
     ]
-    return _MarkdownTable(("", "value"), rows)
+    return Table(("", "value"), rows, labels=True)
 
 
-def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> _MarkdownTable:
-    """The catalogue as a table (Markdown, so it takes the height of its rows and no more): shapes,
+def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> Table:
+    """The catalogue as a table: shapes,
     attention kind, bytes per token, and a context's worth of KV."""
     specs = [get_spec(m) for m in list_specs()]
     header = ("model", "layers", "query heads", "KV heads", "head_dim", "kind", "params (B)",
@@ -218,4 +205,4 @@ def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> _Markdo
     rows = [(s.name, s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.attention_kind,
              f"{s.num_params / 1e9:.2f}", f"{s.kv_bytes_per_token(dtype) / 1024:g}",
              f"{s.kv_bytes(context_len, dtype) / 2**30:.3f}") for s in specs]
-    return _MarkdownTable(header, rows)
+    return Table(header, rows)

@@ -14,7 +14,7 @@ import html
 import json
 import sys
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import plotly.graph_objects as go
@@ -174,39 +174,3 @@ def interactive(
     box.view, box.readout, box.refresh = view, readout_w, refresh
     return box
 
-
-class Table:
-    """Rows shown as a table: HTML in Jupyter, Markdown elsewhere (``str``), never a dict dump."""
-
-    def __init__(self, header: list[str], rows: list[list[Any]]):
-        self.header, self.rows = header, rows
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in self.header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                       for row in self.rows)
-        return f"<table class='paged-lab-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-    def _repr_markdown_(self) -> str:
-        lines = ["| " + " | ".join(map(str, self.header)) + " |", "|" + "---|" * len(self.header)]
-        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in self.rows]
-        return "\n".join(lines)
-
-    __str__ = _repr_markdown_
-
-
-def table(rows: Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]], index: str | None = None) -> Table:
-    """A ``Table`` from a list of dicts (one row each; the first dict's keys are the columns), or from
-    ``{row label: dict}`` with the label in a first column named ``index``."""
-    if isinstance(rows, Mapping):
-        if index is None:
-            raise ValueError("index must name the first column when rows is a {label: row} dict")
-        rows = [{index: label, **row} for label, row in rows.items()]
-    rows = list(rows)
-    if not rows:
-        raise ValueError("rows must hold at least one row")
-    header = list(rows[0])
-    missing = [i for i, r in enumerate(rows) if list(r) != header]
-    if missing:
-        raise ValueError(f"rows {missing} have other columns than the first row's {header}")
-    return Table(header, [[r[h] for h in header] for r in rows])
