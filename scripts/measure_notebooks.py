@@ -1,6 +1,6 @@
 """Execute each notebook headless and check it against its time and memory budget.
 
-    python scripts/measure_notebooks.py                 # every notebook, print the table, exit 1 if over budget
+    python scripts/measure_notebooks.py                 # every notebook and zh-TW twin, print the table, exit 1 if over budget
     python scripts/measure_notebooks.py --write docs/notebooks.md
     python scripts/measure_notebooks.py notebooks/01_kv_cache_math.ipynb
 
@@ -175,10 +175,10 @@ def machine_note() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: the whole series)")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: the whole series and its zh-TW twins)")
     parser.add_argument("--write", type=Path, help="markdown file whose budget-table block gets the results")
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or discover()
+    paths = [p.resolve() for p in args.notebooks] or discover() + discover(NOTEBOOKS / "zh-TW")
     if not paths:
         print(f"no notebooks found in {NOTEBOOKS}", file=sys.stderr)
         return 1
