@@ -36,9 +36,14 @@ lab: $(STAMP) exercises
 	$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # Two workers (this project's machines have 2 cores); a notebook's cells stay together on one worker.
+# make test's two workers split the cores: each worker, and each notebook kernel it starts, gets half the
+# threads. Otherwise two torch processes spin two OpenMP threads each on two cores, and a step under that
+# contention takes 10-20x longer (CI, 2 cores: notebook 07's benchmark cell 285 s instead of 29 s).
+TEST_THREADS ?= $(shell python3 -c "import os; print(max(1, (os.cpu_count() or 2) // 2))")
+
 test: $(STAMP)
 	$(PY) -m ruff check paged_lab tests benchmarks notebooks scripts
-	$(PY) -m pytest -q -n 2 --dist loadfile tests notebooks --ignore=tests/browser $(NBVAL)
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n 2 --dist loadfile tests notebooks --ignore=tests/browser $(NBVAL)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests --ignore=tests/browser -m "not slow"
