@@ -62,7 +62,9 @@ test-browser: $(STAMP)
 	@# The zh-TW notebooks' figures need a CJK font in the browser, or their text draws as empty boxes.
 	@fc-list :lang=zh-tw 2>/dev/null | grep -q . || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-noto-cjk) \
 		|| { echo "test-browser needs a CJK font for the zh-TW notebooks: apt-get install fonts-noto-cjk (as root)"; exit 1; }
-	$(PY) -m pytest -q tests/browser
+	@# Chromium, JupyterLab and the kernel share the cores too: the kernels get the same thread share as
+	@# make test's workers (notebook 07's step-time check once failed here with torch's default threads).
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q tests/browser
 
 # Execute the series headless and write docs/notebooks.md's table of wall time and peak RAM.
 .PHONY: budget
