@@ -29,12 +29,14 @@ from pathlib import Path
 
 import nbformat
 
+from paged_lab.i18n import LANGS
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-TRANSLATED_FOLDERS = ("zh-TW",)  # notebooks/zh-TW/ -> site/zh-TW/
+TRANSLATED_FOLDERS = LANGS[1:]  # every language but the English source: notebooks/zh-TW/ -> site/zh-TW/
 QUIZ_STATIC = "paged-lab-quiz-static"  # paged_lab.quiz's text rendering
 
 # Show the static picture of a playground only where the live widget did not render a figure.

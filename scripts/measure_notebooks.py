@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from paged_lab.i18n import LANGS
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: the whole series and its zh-TW twins)")
     parser.add_argument("--write", type=Path, help="markdown file whose budget-table block gets the results")
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or discover() + discover(NOTEBOOKS / "zh-TW")
+    translations = [p for lang in LANGS[1:] for p in discover(NOTEBOOKS / lang)]  # notebooks/zh-TW/, ...
+    paths = [p.resolve() for p in args.notebooks] or discover() + translations
     if not paths:
         print(f"no notebooks found in {NOTEBOOKS}", file=sys.stderr)
         return 1

@@ -30,7 +30,6 @@ from collections.abc import Callable
 
 from paged_lab.memory.block_manager import BlockManager
 from paged_lab.memory.errors import OutOfBlocks
-from paged_lab.memory.events import Event
 from paged_lab.sched.contiguous import ContiguousAllocator
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RUNNING, Scheduler
@@ -104,7 +103,7 @@ def _in_place_appender(allocator) -> Callable[[object, int], bool]:
     if isinstance(allocator, BlockManager):
         seqs, refcounts, block_size = allocator._seqs, allocator.pool.refcounts, allocator.block_size
         hashed_fill = block_size - 1 if allocator.enable_prefix_caching else -1
-        events = allocator.events if allocator.record_events else None
+        emit = allocator._emit if allocator.record_events else None  # the event append_token logs
 
         def append_to_block(seq_id, token_id: int) -> bool:
             s = seqs[seq_id]
@@ -113,9 +112,8 @@ def _in_place_appender(allocator) -> Callable[[object, int], bool]:
                 return False
             s.token_ids.append(token_id)
             allocator._used_slots += 1
-            if events is not None:
-                events.append(Event(len(events), "append", seq_id, (s.table[-1],), len(s.token_ids), None,
-                                    allocator.clock))
+            if emit is not None:
+                emit("append", seq_id, (s.table[-1],), len(s.token_ids))
             return True
         return append_to_block
     if isinstance(allocator, ContiguousAllocator):

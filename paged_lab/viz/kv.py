@@ -197,8 +197,7 @@ def measurement_table(measured: dict, formula_bytes: int) -> Table:
 
 
 def catalogue_table(dtype: str = "bfloat16", context_len: int = 4096) -> Table:
-    """The catalogue as a table: shapes,
-    attention kind, bytes per token, and a context's worth of KV."""
+    """The catalogue as a table: shapes, attention kind, bytes per token, and a context's worth of KV."""
     specs = [get_spec(m) for m in list_specs()]
     header = ("model", "layers", "query heads", "KV heads", "head_dim", "kind", "params (B)",
               f"KiB per token ({canonical_dtype(dtype)})", f"GiB per {context_len:,} tokens")

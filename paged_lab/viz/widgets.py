@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import sys
 import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,10 +25,6 @@ READOUT_CLASS = "paged-lab-readout"
 # narrow, JupyterLab's at a 1280 px window is wider. Longer titles are wrapped, not clipped.
 TITLE_CHARS = 90
 TITLE_LINE_PX = 24  # one title line, with its leading
-
-
-def in_colab() -> bool:
-    return "google.colab" in sys.modules
 
 
 def _values(controls: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,7 +97,7 @@ def interactive(
     controls: Mapping[str, Any],
     readout: Callable[..., str] | None = None,
     fixed: Mapping[str, Any] | None = None,
-    use_figure_widget: bool | None = None,
+    use_figure_widget: bool = False,
 ):
     """Wire ipywidgets ``controls`` to ``make_figure(**values, **fixed)`` and return a displayable box.
 
@@ -123,9 +118,6 @@ def interactive(
 
     fixed = dict(fixed or {})
     _check_args(make_figure, controls, readout, fixed)
-    if use_figure_widget is None:  # the plain figure everywhere: full width in JupyterLab, works on Colab
-        use_figure_widget = False
-
     def draw() -> go.Figure:
         fig = make_figure(**_values(controls), **fixed)
         if not isinstance(fig, go.Figure):
