@@ -22,3 +22,16 @@ def check_int(name: str, value, minimum: int | None = None, maximum: int | None 
         return int(value)
     limits = [f"{op} {limit}" for op, limit in ((">=", minimum), ("<=", maximum)) if limit is not None]
     raise error(f"{name} must be an integer {' and '.join(limits)}".rstrip() + f", got {value!r}")
+
+
+def check_token_ids(name: str, token_ids, error: type[Exception] = ValueError) -> list[int]:
+    """Return ``token_ids`` as a list of ints, or raise ``error`` naming the first one that is not.
+    (The memory manager only hashes them; the engine checks them against the vocabulary.)
+
+    >>> check_token_ids("prompt_token_ids", [1, 2, 3])
+    [1, 2, 3]
+    """
+    ids = list(token_ids)
+    if all(type(t) is int for t in ids):  # the common case, in one pass
+        return ids
+    return [check_int(f"{name}[{i}]", t, error=error) for i, t in enumerate(ids)]

@@ -153,15 +153,28 @@ def paged_attention(backend: str = "auto", stats=None):
         if meta.split is not None:  # decodes first, then prefills: each through its own kernel
             decode, prefill = meta.split
             n = decode.slot_mapping.shape[0]
+            # Every token of the step is stored before anyone attends, as in vLLM's layers: a one-token
+            # query sorted into the decode part may read a block that a prefill of this same step
+            # fills (two equal prompts admitted together: the second hits the first one's blocks).
+            store(k[n:], v[n:], k_cache, v_cache, prefill)
             return torch.cat((attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, scale),
-                              attend(q[n:], k[n:], v[n:], k_cache, v_cache, prefill, scale)))
-        run = dict(backend=backend, validate=not meta.validated, plan=meta.plan, stats=stats)
-        if meta.is_decode:
+                              prefill_attend(q[n:], k_cache, v_cache, prefill, scale)))
+        if meta.is_decode:  # store every token's K/V, then attend: one call
             return kernels.store_and_decode(q, k, v, k_cache, v_cache, meta.slot_mapping, meta.block_tables,
-                                            meta.context_lens, scale, **run)
-        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, **run)
+                                            meta.context_lens, scale, **run(meta))
+        store(k, v, k_cache, v_cache, meta)
+        return prefill_attend(q, k_cache, v_cache, meta, scale)
+
+    def run(meta: AttentionMetadata) -> dict:
+        return dict(backend=backend, validate=not meta.validated, plan=meta.plan, stats=stats)
+
+    def store(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, **run(meta))
+
+    def prefill_attend(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         return kernels.paged_attention_prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                               meta.query_start_loc, scale, max_query_len=meta.max_query_len, **run)
+                                               meta.query_start_loc, scale, max_query_len=meta.max_query_len,
+                                               **run(meta))
 
     return attend
 

@@ -14,6 +14,7 @@ from paged_lab.memory.errors import (
     DuplicateSequence,
     InvalidArgument,
     InvalidBlockConfig,
+    InvalidTokenId,
     OutOfBlocks,
     UnknownSequence,
 )
@@ -22,6 +23,7 @@ from paged_lab.memory.prefix_cache import block_hashes, hash_block
 
 __all__ = [
     "BlockManager", "BlockManagerStats", "CowAction", "BlockPool",
-    "BlockManagerError", "DuplicateSequence", "InvalidArgument", "InvalidBlockConfig", "OutOfBlocks",
+    "BlockManagerError", "DuplicateSequence", "InvalidArgument", "InvalidBlockConfig", "InvalidTokenId",
+    "OutOfBlocks",
     "UnknownSequence", "KINDS", "Event", "PoolState", "replay", "block_hashes", "hash_block",
 ]

@@ -18,8 +18,15 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from paged_lab._checks import check_int, check_token_ids
 from paged_lab.memory.block_pool import BlockPool
-from paged_lab.memory.errors import DuplicateSequence, InvalidArgument, OutOfBlocks, UnknownSequence
+from paged_lab.memory.errors import (
+    DuplicateSequence,
+    InvalidArgument,
+    InvalidTokenId,
+    OutOfBlocks,
+    UnknownSequence,
+)
 from paged_lab.memory.events import BlockManagerStats, Event, PoolState
 from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import find_cached_prefix, hash_block
@@ -44,6 +51,9 @@ class _Seq:  # what the manager knows about one sequence
     hashes: list[bytes] = field(default_factory=list)  # chained hash of each full block (caching on)
     extra_key: Hashable | None = None
     num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at allocate
+    # Leading blocks already offered to the prefix cache: hits, and full blocks whose KV the caller has
+    # computed or computes in the current step (``cache_blocks``). Never a block whose KV may not exist.
+    num_cached_blocks: int = 0
 
 
 class BlockManager:
@@ -109,7 +119,7 @@ class BlockManager:
         return self._seq(seq_id).num_cached_tokens
 
     def refcount(self, block_id: int) -> int:
-        return self.pool.refcounts[block_id]
+        return self.pool.refcounts[self.pool.check_block(block_id)]
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that ``num_tokens`` tokens occupy: ceil(num_tokens / block_size)."""
@@ -143,8 +153,9 @@ class BlockManager:
 
     def num_blocks_needed(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> int:
         """Free blocks ``allocate`` would take. Pass token ids (not a count) to count cache hits."""
-        if isinstance(tokens, int):
-            return self.blocks_for(tokens)
+        if not isinstance(tokens, Sequence):  # a token count
+            return self.blocks_for(check_int("tokens", tokens, minimum=0, error=InvalidArgument))
+        tokens = check_token_ids("tokens", tokens, error=InvalidTokenId)
         hits, _ = self._cached_prefix(tokens, extra_key)
         return self._blocks_to_take(len(tokens), hits)
 
@@ -175,30 +186,59 @@ class BlockManager:
             self._emit("evict", seq_id, (b,))
         return b
 
-    def allocate(self, seq_id, token_ids: Sequence[int], extra_key: Hashable | None = None) -> list[int]:
+    def allocate(self, seq_id, token_ids: Sequence[int], extra_key: Hashable | None = None,
+                 num_tokens_to_cache: int | None = None) -> list[int]:
         """Give a new sequence its block table for the prompt ``token_ids`` and return it. With prefix
-        caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes."""
+        caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes.
+
+        ``num_tokens_to_cache``: the leading tokens whose KV exists before anyone can read these
+        blocks; the full blocks among them are offered to the prefix cache at once. None: all of them
+        (the caller computes the whole prompt now). A scheduler that prefills in chunks passes 0 and
+        calls :meth:`cache_blocks` as each chunk is scheduled: a block whose KV was never computed must
+        not be found by another request (vLLM V1 caches blocks the same way, ``cache_blocks`` in
+        ``vllm/v1/core/kv_cache_manager.py``)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
         n = len(token_ids)
         if n == 0:
             raise InvalidArgument(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
+        token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
+        to_cache = n if num_tokens_to_cache is None else check_int(
+            "num_tokens_to_cache", num_tokens_to_cache, minimum=0, maximum=n, error=InvalidArgument)
         hits, hashes = self._cached_prefix(token_ids, extra_key)
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
-        s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, len(hits) * self.block_size)
+        s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, len(hits) * self.block_size, len(hits))
         self._reuse_cached_blocks(s, seq_id, hits)
         for _ in range(self.blocks_for(n) - len(hits)):  # the new blocks: full, except maybe the last
             s.table.append(self._take_block(seq_id))
         self._used_slots += n - s.num_cached_tokens
         self._emit("allocate", seq_id, s.table, n)
-        new_full = zip(s.table[len(hits):len(hashes)], hashes[len(hits):])
-        newly_cached = [b for b, h in new_full if self.pool.cache(b, h)]
-        if newly_cached:  # the new full blocks can be reused from now on
-            self._emit("cache", seq_id, newly_cached)
+        self._cache_full_blocks(s, seq_id, to_cache)
         return list(s.table)
+
+    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+        """Offer to the prefix cache the full blocks among ``seq_id``'s first ``num_tokens`` tokens. Call it
+        once their KV is computed, or is computed in the current step before any request reads it (every
+        layer stores the whole step's K/V before it attends)."""
+        s = self._seq(seq_id)
+        self._cache_full_blocks(s, seq_id, check_int("num_tokens", num_tokens, minimum=0,
+                                                     maximum=len(s.token_ids), error=InvalidArgument))
+
+    def _cache_full_blocks(self, s: _Seq, seq_id, num_tokens: int) -> None:
+        """Register the full blocks among the first ``num_tokens`` tokens that are not registered yet."""
+        if not self.enable_prefix_caching:
+            return
+        upto = min(num_tokens // self.block_size, len(s.hashes))
+        if upto <= s.num_cached_blocks:
+            return
+        new_full = zip(s.table[s.num_cached_blocks:upto], s.hashes[s.num_cached_blocks:upto])
+        newly_cached = [b for b, h in new_full if self.pool.cache(b, h)]
+        s.num_cached_blocks = upto
+        if newly_cached:  # these blocks can be reused from now on
+            self._emit("cache", seq_id, newly_cached)
 
     def _reuse_cached_blocks(self, s: _Seq, seq_id, hits: list[int]) -> None:
         """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
@@ -216,8 +256,12 @@ class BlockManager:
 
     def append_token(self, seq_id, token_id: int) -> CowAction | None:
         """Make room for one more token and record it. Returns a CowAction when the last block was
-        shared (refcount > 1) and had to be copied first; the caller copies the KV tensors."""
+        shared (refcount > 1) and had to be copied first; the caller copies the KV tensors.
+
+        The token's KV is computed in the step that appends it, so a block it fills is offered to the
+        prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
         s = self._seq(seq_id)
+        token_id = check_int("token_id", token_id, error=InvalidTokenId)
         n = len(s.token_ids)  # tokens before this one
         cow = new_hash = None
         if self.enable_prefix_caching and (n + 1) % self.block_size == 0:  # the token fills its block:
@@ -233,8 +277,7 @@ class BlockManager:
         self._emit("append", seq_id, (s.table[-1],), n + 1)
         if new_hash is not None:  # the token filled its block: later prompts may reuse it
             s.hashes.append(new_hash)
-            if self.pool.cache(s.table[-1], new_hash):
-                self._emit("cache", seq_id, (s.table[-1],))
+            self._cache_full_blocks(s, seq_id, n + 1)
         return cow
 
     def _hash_full_block(self, s: _Seq, token_id: int) -> bytes:
@@ -263,7 +306,7 @@ class BlockManager:
         for b in p.table:
             self.pool.touch(b)
         self._seqs[child_id] = _Seq(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
-                                    p.num_cached_tokens)
+                                    p.num_cached_tokens, p.num_cached_blocks)
         self._emit("fork", child_id, p.table, len(p.token_ids), parent_id)
         return list(p.table)
 

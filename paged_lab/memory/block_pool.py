@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Iterator
 
 from paged_lab._checks import check_int
-from paged_lab.memory.errors import InvalidBlockConfig, OutOfBlocks
+from paged_lab.memory.errors import InvalidArgument, InvalidBlockConfig, OutOfBlocks
 
 NOT_QUEUED = -1  # prev[b] of a block that is not in the free queue
 
@@ -119,14 +119,21 @@ class BlockPool:
             self.uncache(b)
         return b, evicted
 
+    def check_block(self, b) -> int:
+        """``b`` as a block id, or InvalidArgument: a negative id would index from the end."""
+        return check_int("block_id", b, minimum=0, maximum=self.num_blocks - 1, error=InvalidArgument)
+
     def touch(self, b: int) -> None:
         """One more table holds ``b``; a free (cached) block leaves the free queue."""
+        b = self.check_block(b)
         if self.refcounts[b] == 0:
             self.free_queue.remove(b)
         self.refcounts[b] += 1
 
     def release(self, b: int) -> bool:
         """One table fewer holds ``b``. Returns True when it became free (joins the queue's end)."""
+        if self.refcounts[self.check_block(b)] == 0:
+            raise InvalidArgument(f"release(block_id={b}): the block is already free (refcount 0)")
         self.refcounts[b] -= 1
         if self.refcounts[b] == 0:
             self.free_queue.append(b)

@@ -19,6 +19,10 @@ class InvalidArgument(BlockManagerError, ValueError):
     """An argument of an operation is out of range (an empty prompt, a negative token count)."""
 
 
+class InvalidTokenId(InvalidArgument, TypeError):
+    """A token id is not an integer (it would only fail later, when its block is hashed)."""
+
+
 class OutOfBlocks(BlockManagerError, RuntimeError):
     """An operation needs more physical blocks than the free queue holds."""
 

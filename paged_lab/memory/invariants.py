@@ -9,6 +9,9 @@ each step; it raises BlockManagerError naming the first rule that is broken:
 4. Tables that share a block agree on how many tokens it holds; ``usage`` counts those once.
 5. A cached block is a full block, registered under its own hash.
 6. Prefix-cache hits never exceed queries.
+7. A sequence holds a cached block only among its leading blocks already offered to the cache (its
+   hits, and the full blocks whose KV was computed), under the hash of its own tokens: a block whose
+   KV is not written yet is never findable.
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ def check_invariants(bm) -> None:
             raise BlockManagerError(f"cached block {b} is not a full block under its hash")
     if bm.stats.prefix_cache_hits > bm.stats.prefix_cache_queries:
         raise BlockManagerError("prefix-cache hits exceed queries")
+    _check_cached_blocks(bm)
+
+
+def _check_cached_blocks(bm) -> None:
+    """Rule 7."""
+    for sid, s in bm._seqs.items():
+        if not 0 <= s.num_cached_blocks <= min(len(s.hashes), len(s.table)):
+            raise BlockManagerError(f"seq {sid!r}: {s.num_cached_blocks} blocks offered to the cache, "
+                                    f"but it has {len(s.hashes)} full blocks")
+        for i, b in enumerate(s.table):
+            h = bm.pool.block_hash.get(b)
+            if h is None:
+                continue
+            if i >= s.num_cached_blocks:
+                raise BlockManagerError(f"seq {sid!r}: block {b} (#{i}) is in the prefix cache before its KV "
+                                        f"is computed (only its first {s.num_cached_blocks} blocks are)")
+            if s.hashes[i] != h:
+                raise BlockManagerError(f"seq {sid!r}: cached block {b} (#{i}) is registered under "
+                                        f"another prefix's hash")
 
 
 def _check_tables(bm) -> dict[int, int]:

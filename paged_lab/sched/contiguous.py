@@ -177,9 +177,11 @@ class ContiguousAllocator:
         n = tokens if isinstance(tokens, int) else len(tokens)
         return n <= size and self.first_fit(size) is not None
 
-    def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None) -> list[int]:
+    def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None,
+                 num_tokens_to_cache: int | None = None) -> list[int]:
         """Reserve ``reserve`` slots (default ``max_seq_len``) in a row, first fit, and write the
-        prompt into them. All or nothing: on any error nothing changes."""
+        prompt into them. All or nothing: on any error nothing changes. (``num_tokens_to_cache``: as
+        the BlockManager's; there is no prefix cache here.)"""
         if seq_id in self._start:
             raise DuplicateSequence(seq_id)
         size = self._reserve_size(reserve, f"allocate(seq_id={seq_id!r})")
@@ -215,6 +217,9 @@ class ContiguousAllocator:
         self._tokens[seq_id] += 1
         self._used += 1
         return None
+
+    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+        """Nothing to do: a contiguous reservation is never shared, so there is no prefix cache."""
 
     def fork(self, parent_id, child_id) -> None:
         raise ValueError("ContiguousAllocator cannot share slots between sequences; "

@@ -142,9 +142,15 @@ class Scheduler:
 
     def _schedule_prefill(self, seq: Sequence, out: SchedulerOutput, budget: int) -> int:
         """The next chunk of ``seq``'s prefill, as long as the budget allows (its slots exist since
-        admission). Returns the chunk's size."""
+        admission). Returns the chunk's size.
+
+        The full blocks this chunk completes join the prefix cache now: their KV is stored this step,
+        before any layer attends, so a request admitted later in this same step may share them. The
+        blocks past the chunk are not offered yet: if ``seq`` is preempted before computing them, no
+        other request can find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
         start = seq.num_computed_tokens
         end = min(seq.prefill_end, start + budget)
+        self.allocator.cache_blocks(seq.seq_id, end)
         out.scheduled.append(ScheduledSeq(seq, start, end, True, samples=end == len(seq)))
         return end - start
 
@@ -173,7 +179,7 @@ class Scheduler:
             if not self.allocator.can_allocate(len(seq)):  # a recomputed sequence prefills its outputs too
                 break  # first come, first served: nobody overtakes the head
             self.waiting.popleft()
-            self.allocator.allocate(seq.seq_id, seq.token_ids)
+            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0)  # see _schedule_prefill
             seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
             seq.prefill_end = len(seq)
             seq.status = RUNNING
