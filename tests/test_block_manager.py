@@ -317,3 +317,37 @@ def test_record_events_off_logs_nothing():
     bm.allocate("a", [1, 2, 3])
     bm.free("a")
     assert bm.events == []
+
+
+# -- bad arguments: a clear error naming the argument, and nothing changed --------------------------
+
+def _snapshot(bm):
+    return bm.state(), len(bm.events), bm.usage, list(bm.pool.free_queue)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda bm: bm.pool.touch(-1), r"block_id must be an integer >= 0 and <= 7, got -1"),
+    (lambda bm: bm.pool.touch(8), r"block_id must be an integer >= 0 and <= 7, got 8"),
+    (lambda bm: bm.pool.release(5), r"release\(block_id=5\): the block is already free"),
+    (lambda bm: bm.refcount(-1), r"block_id must be an integer >= 0 and <= 7, got -1"),
+    (lambda bm: bm.can_allocate(-5), r"tokens must be an integer >= 0, got -5"),
+    (lambda bm: bm.num_blocks_needed(True), r"tokens must be an integer >= 0, got True"),
+    (lambda bm: bm.allocate("b", [1, 2, "3"]), r"token_ids\[2\] must be an integer, got '3'"),
+    (lambda bm: bm.allocate("b", [1, 2.0]), r"token_ids\[1\] must be an integer, got 2.0"),
+    (lambda bm: bm.can_allocate([1, None]), r"tokens\[1\] must be an integer, got None"),
+    (lambda bm: bm.append_token("a", 1.5), r"token_id must be an integer, got 1.5"),
+    (lambda bm: bm.allocate("b", [1, 2], num_tokens_to_cache=3), r"num_tokens_to_cache must be .* <= 2, got 3"),
+    (lambda bm: bm.cache_blocks("a", 9), r"num_tokens must be an integer >= 0 and <= 6, got 9"),
+])
+def test_bad_arguments_raise_and_change_nothing(call, match):
+    from paged_lab.memory import InvalidArgument
+
+    bm = BlockManager(8, 4, enable_prefix_caching=True)
+    bm.allocate("a", [1, 2, 3, 4, 5, 6])
+    before = _snapshot(bm)
+    with pytest.raises(InvalidArgument, match=match):
+        call(bm)
+    assert _snapshot(bm) == before
+    bm.check_invariants()
+    # touch(-1) used to unlink the last block from the free queue and turn it into a cycle
+    assert len(list(bm.pool.free_queue)) == bm.num_free_blocks == 6
