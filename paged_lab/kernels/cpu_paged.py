@@ -113,16 +113,24 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> boo
     return why_unusable(k_cache, v_cache, q) is None
 
 
+def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q as contiguous ``[rows, H, d]``, and a contiguous ``out`` of that shape. The C code reads q and
+    writes out as packed rows (row r at offset ``r * H * d``), so neither may be a strided view: q may be
+    one (a transpose, a slice of a fused projection), and ``torch.empty_like(q)`` would copy its strides
+    into ``out``, so the kernel's packed rows would land in the wrong places."""
+    q = q.contiguous()
+    return q, torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
 def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
     """Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
     nothing), then attend q ``[S, H, d]`` over ``tables`` (int64 ``[S, max_blocks]``) up to ``lens``
     (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
     the dispatch checks (``kernels.dispatch``) and :func:`usable`: the C code trusts every index."""
     S, H, d = q.shape
-    out = torch.empty_like(q)
+    q, out = _contiguous_q_and_out(q)
     if S == 0:
         return out
-    q = q.contiguous()
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     if slots is not None:
         k, v, slots = k.contiguous(), v.contiguous(), slots.to(torch.long).contiguous()
@@ -142,10 +150,9 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
     ``query_start_loc[s]:query_start_loc[s + 1]``, the last positions of its context of ``lens[s]``) over
     their paged contexts -> ``[num_tokens, H, d]``; their K/V must be stored already. Same trust rules
     as :func:`store_and_decode`."""
-    out = torch.empty_like(q)
+    q, out = _contiguous_q_and_out(q)
     if q.shape[0] == 0:
         return out
-    q = q.contiguous()
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     qsl = query_start_loc.to(torch.long).contiguous()
     rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(), tables.data_ptr(),
