@@ -155,3 +155,92 @@ def test_without_the_kernel_it_says_why(tmp_path, env, expect):
     res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("False") and expect in res.stdout, res.stdout
+
+
+# ----------------------------------------------------------------- the cached library is verified
+_LOAD = """
+import json
+from paged_lab.kernels import cpu_paged
+print(json.dumps([cpu_paged.available(), cpu_paged.why_unavailable()]))
+"""
+
+_DROPPED = r"""
+#include <stdio.h>
+/* a library that runs code when loaded, and exports what cpu_paged looks up */
+__attribute__((constructor)) static void run_at_load(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) fclose(f);
+}
+int paged_decode(void) { return -1; }
+int paged_prefill(void) { return -1; }
+"""
+
+
+def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
+    """Another shared library written over the cached .so (same path, same owner and mode, the sidecar
+    left alone) must not be loaded: its bytes no longer match the sha256 written at build time, so the
+    library is rebuilt. Loading it would run its constructor, which leaves a marker file."""
+    import json
+    import shutil
+
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        pytest.skip("no AVX-512: nothing is built or loaded")
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    env = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path / "cache")}
+
+    def load():
+        res = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(res.stdout)
+
+    assert load() == [True, None]
+    [lib] = (tmp_path / "cache" / "kernels").glob("*.so")
+    built = lib.read_bytes()
+    marker = tmp_path / "the dropped library ran"
+    (tmp_path / "dropped.c").write_text(_DROPPED % marker)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "dropped.so"), str(tmp_path / "dropped.c")],
+                   check=True, capture_output=True)
+    shutil.copyfile(tmp_path / "dropped.so", lib)  # over the cached file: its owner and mode stay
+    assert lib.read_bytes() != built
+    assert load() == [True, None]
+    assert not marker.exists(), "the library dropped into the cache was loaded (its constructor ran)"
+    digest = lib.with_name(lib.name + ".sha256").read_text().strip()
+    assert cpu_paged._sha256(lib) == digest != cpu_paged._sha256(tmp_path / "dropped.so")  # rebuilt
+
+
+def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    """No library is loaded from a folder someone else owns (here: this process pretends to be another uid)."""
+    folder = tmp_path / "kernels"
+    assert cpu_paged._private_folder(folder) is None
+    assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others
+    monkeypatch.setattr(os, "getuid", lambda: folder.stat().st_uid + 1)
+    why = cpu_paged._private_folder(folder)
+    assert why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why and "PAGED_LAB_CACHE" in why
+
+
+def test_only_a_closed_file_matching_its_sidecar_counts_as_our_build(tmp_path):
+    """The rules of cpu_paged._is_our_build, file by file; and a folder of ours that others could write
+    in is closed to 0700 (what was dropped in meanwhile then fails these rules)."""
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o775)
+    os.chmod(folder, 0o775)  # whatever the umask: group-writable
+    assert cpu_paged._private_folder(folder) is None and folder.stat().st_mode & 0o777 == 0o700
+    lib, digest = folder / "k.so", folder / "k.so.sha256"
+    lib.write_bytes(b"a library")
+    assert not cpu_paged._is_our_build(lib, digest)  # no sidecar
+    digest.write_text(cpu_paged._sha256(lib) + "\n")
+    os.chmod(lib, 0o700)
+    os.chmod(digest, 0o600)
+    assert cpu_paged._is_our_build(lib, digest)
+    os.chmod(lib, 0o770)
+    assert not cpu_paged._is_our_build(lib, digest)  # group-writable
+    os.chmod(lib, 0o700)
+    lib.write_bytes(b"another library")
+    assert not cpu_paged._is_our_build(lib, digest)  # the bytes changed since the build
+    link = folder / "link.so"
+    link.symlink_to(lib)
+    digest.write_text(cpu_paged._sha256(lib) + "\n")
+    assert cpu_paged._is_our_build(lib, digest)
+    assert not cpu_paged._is_our_build(link, digest)  # a link: where it points may change after the check
