@@ -1,5 +1,6 @@
 """The C attention kernels (kernels.cpu_paged) against the readable reference, and their fallbacks."""
 
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +20,66 @@ from paged_lab.kernels import (
 from paged_lab.kernels.synthetic import random_paged_kv
 
 needs_kernel = pytest.mark.skipif(not cpu_paged.available(), reason=f"{cpu_paged.why_unavailable()}")
+
+
+# ------------------------------------------------------------- how close an fp32 kernel must come
+# A C kernel and the fp32 reference round differently (other summation orders, FMA, a hand-written
+# exp), so comparing them with a bare atol flakes: 2.03e-6 against atol=2e-6 once, where the C kernel
+# was the more accurate of the two. Both are measured instead against the same attention in float64,
+# which is exact to ~1e-16 at these sizes, and the kernel's error must be within
+#
+#     2 * err(fp32 reference)  +  2 * u * max|v| * (sqrt(ctx) + sqrt(head_dim)),   u = 2**-24.
+#
+# - 2 * err(fp32 reference): the kernel does the same fp32 operations as the reference, in another
+#   order, so its error should be of the same size; the factor 2 leaves room for the order (measured
+#   over 800 random cases: the C kernel's error is a median 0.8x the reference's, up to 2.5x where the
+#   reference happened to land unusually close).
+# - the second term is the floor for those lucky cases: the rounding every fp32 attention makes.
+#   An output is a weighted sum of ctx values (size <= max|v|) and each weight comes from a
+#   head_dim-term dot product; n roundings of relative size u, of either sign, add up like a random
+#   walk, to about sqrt(n) * u times the size of what is summed (for the dot products this takes
+#   scaled scores of order one, as these tests draw them; sharper scores make the reference's own
+#   error, the first term, grow the same way). Factor 2: margin.
+# Over 4,000 random decode and prefill cases the largest error / bound was 0.11. The bound is about
+# 1e-5 at head_dim 128 and context 40: a wrong row, mask or block (errors of 1e-2..1) fails by far,
+# and so does an exp cut to 4 Taylor terms (relative error 4e-5). The kernel's own exp was measured
+# against the true exp: at most 7.9e-8 relative (under one fp32 ulp) over [-90, 0].
+U = 2.0**-24  # fp32 unit roundoff
+
+
+def _attention_f64(q, k_cache, v_cache, tables, lens, qsl, scale):
+    """The reference's attention in float64, one sequence at a time -> (out [rows, H, d] float64,
+    max |v| over the values it read, the longest context). Sequence i's query rows are
+    ``qsl[i]:qsl[i + 1]``, the last positions of its context (a decode: one row each)."""
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    vmax = 0.0
+    for i in range(tables.shape[0]):
+        a, b, n = int(qsl[i]), int(qsl[i + 1]), int(lens[i])
+        k, v = reference.gather_kv(k_cache, v_cache, tables[i], n)  # [n, kv_heads, d]
+        group = q.shape[1] // k.shape[1]
+        k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q[a:b].double(), k) * scale
+        q_pos = n - (b - a) + torch.arange(b - a)[:, None]  # causal: query j sits at position n - q_len + j
+        scores = scores.masked_fill(torch.arange(n)[None, :] > q_pos, float("-inf"))
+        out[a:b] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), v)
+        vmax = max(vmax, float(v.abs().max()))
+    return out, vmax, int(lens.max())
+
+
+def _assert_fp32_accurate(got, ref32, q, k_cache, v_cache, tables, lens, qsl, scale=0.125) -> float:
+    """Assert ``got`` (an fp32 kernel's attention) is within the bound above; ``ref32``: the fp32
+    reference's output for the same call. Returns error / bound (for the many-seed runs)."""
+    exact, vmax, ctx = _attention_f64(q, k_cache, v_cache, tables, lens, qsl, scale)
+    err = float((got.double() - exact).abs().max())
+    ref_err = float((ref32.double() - exact).abs().max())
+    bound = 2 * ref_err + 2 * U * vmax * (math.sqrt(ctx) + math.sqrt(q.shape[-1]))
+    assert err <= bound, (f"max error vs float64 {err:.3g} > bound {bound:.3g} (the fp32 reference's error "
+                          f"{ref_err:.3g}, max|v| {vmax:.3g}, context {ctx}, head_dim {q.shape[-1]})")
+    return err / bound
+
+
+def _decode_qsl(num_seqs: int) -> torch.Tensor:
+    return torch.arange(num_seqs + 1)  # a decode is a prefill of one query token per sequence
 
 
 def _slots_of_last_tokens(kv) -> torch.Tensor:
@@ -48,7 +109,7 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
     assert cpu_paged.usable(q, got_k, got_v)
     got = cpu_paged.store_and_decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
     assert not got.isnan().any()
-    torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+    _assert_fp32_accurate(got, want, q, want_k, want_v, kv.block_tables, kv.context_lens, _decode_qsl(S))
     exact = dict(atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(got_k, want_k, **exact)
     torch.testing.assert_close(got_v, want_v, **exact)
@@ -82,18 +143,25 @@ def test_one_long_context_spans_many_softmax_chunks():
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     got = cpu_paged.store_and_decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
                                       kv.context_lens, 0.125)
-    torch.testing.assert_close(got, paged_attention_decode(*args, backend="reference"), atol=2e-6, rtol=2e-5)
+    _assert_fp32_accurate(got, paged_attention_decode(*args, backend="reference"), *args[:5], _decode_qsl(2))
+
+
+@st.composite
+def _prompts(draw):
+    """(context lengths, query lengths): each query the last q_len <= len tokens of its context."""
+    lens = draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
+    return lens, [draw(st.integers(1, n)) for n in lens]
 
 
 @needs_kernel
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), block_size=st.sampled_from([1, 4, 16]), num_kv_heads=st.sampled_from([1, 3]),
+@given(prompts=_prompts(), block_size=st.sampled_from([1, 4, 16]), num_kv_heads=st.sampled_from([1, 3]),
        group=st.sampled_from([1, 3, 5]), head_dim=st.sampled_from([32, 64, 128]), seed=st.integers(0, 2**16))
-def test_prefill_matches_reference_for_whole_and_chunked_prompts(data, block_size, num_kv_heads, group, head_dim, seed):
+def test_prefill_matches_reference_for_whole_and_chunked_prompts(prompts, block_size, num_kv_heads, group, head_dim,
+                                                                 seed):
     """Query tokens are the last q_len positions of each context (a whole prompt when q_len == len, a
     chunk or a prompt after cached blocks otherwise): causal over the paged context."""
-    lens = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=4))
-    q_lens = [data.draw(st.integers(1, n)) for n in lens]
+    lens, q_lens = prompts
     kv = random_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim, seed=seed)
     qsl = torch.tensor([0] + [sum(q_lens[: i + 1]) for i in range(len(q_lens))], dtype=torch.int32)
     q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=torch.Generator().manual_seed(seed))
@@ -101,7 +169,7 @@ def test_prefill_matches_reference_for_whole_and_chunked_prompts(data, block_siz
     assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
     got = cpu_paged.prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
     assert not got.isnan().any()
-    torch.testing.assert_close(got, paged_attention_prefill(*args, backend="reference"), atol=2e-6, rtol=2e-5)
+    _assert_fp32_accurate(got, paged_attention_prefill(*args, backend="reference"), *args[:5], qsl)
 
 
 @needs_kernel
@@ -110,8 +178,9 @@ def test_the_cpu_and_torch_backends_give_the_same_prefill():
     qsl = torch.tensor([0, 5, 8, 14], dtype=torch.int32)  # a whole prompt, then chunks that start mid-block
     q = torch.randn(14, 8, 64, generator=torch.Generator().manual_seed(4))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
-    with_kernel = paged_attention_prefill(*args, backend="cpu")
-    torch.testing.assert_close(with_kernel, paged_attention_prefill(*args, backend="torch"), atol=2e-6, rtol=2e-5)
+    ref32 = paged_attention_prefill(*args, backend="reference")
+    for backend in ("cpu", "torch"):  # each as close to the exact attention as fp32 allows: so to each other
+        _assert_fp32_accurate(paged_attention_prefill(*args, backend=backend), ref32, *args[:5], qsl)
 
 
 @needs_kernel
@@ -119,9 +188,9 @@ def test_the_cpu_and_torch_backends_give_the_same_decode():
     kv = random_paged_kv([1, 7, 16, 40], block_size=8, num_kv_heads=3, head_dim=64, seed=1)
     q = torch.randn(4, 9, 64, generator=torch.Generator().manual_seed(2))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
-    with_kernel = paged_attention_decode(*args, backend="cpu")
-    torch_only = paged_attention_decode(*args, backend="torch")
-    torch.testing.assert_close(with_kernel, torch_only, atol=2e-6, rtol=2e-5)
+    ref32 = paged_attention_decode(*args, backend="reference")
+    for backend in ("cpu", "torch"):
+        _assert_fp32_accurate(paged_attention_decode(*args, backend=backend), ref32, *args[:5], _decode_qsl(4))
 
 
 def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
@@ -155,3 +224,92 @@ def test_without_the_kernel_it_says_why(tmp_path, env, expect):
     res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("False") and expect in res.stdout, res.stdout
+
+
+# ----------------------------------------------------------------- the cached library is verified
+_LOAD = """
+import json
+from paged_lab.kernels import cpu_paged
+print(json.dumps([cpu_paged.available(), cpu_paged.why_unavailable()]))
+"""
+
+_DROPPED = r"""
+#include <stdio.h>
+/* a library that runs code when loaded, and exports what cpu_paged looks up */
+__attribute__((constructor)) static void run_at_load(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) fclose(f);
+}
+int paged_decode(void) { return -1; }
+int paged_prefill(void) { return -1; }
+"""
+
+
+def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
+    """Another shared library written over the cached .so (same path, same owner and mode, the sidecar
+    left alone) must not be loaded: its bytes no longer match the sha256 written at build time, so the
+    library is rebuilt. Loading it would run its constructor, which leaves a marker file."""
+    import json
+    import shutil
+
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        pytest.skip("no AVX-512: nothing is built or loaded")
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    env = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path / "cache")}
+
+    def load():
+        res = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return json.loads(res.stdout)
+
+    assert load() == [True, None]
+    [lib] = (tmp_path / "cache" / "kernels").glob("*.so")
+    built = lib.read_bytes()
+    marker = tmp_path / "the dropped library ran"
+    (tmp_path / "dropped.c").write_text(_DROPPED % marker)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "dropped.so"), str(tmp_path / "dropped.c")],
+                   check=True, capture_output=True)
+    shutil.copyfile(tmp_path / "dropped.so", lib)  # over the cached file: its owner and mode stay
+    assert lib.read_bytes() != built
+    assert load() == [True, None]
+    assert not marker.exists(), "the library dropped into the cache was loaded (its constructor ran)"
+    digest = lib.with_name(lib.name + ".sha256").read_text().strip()
+    assert cpu_paged._sha256(lib) == digest != cpu_paged._sha256(tmp_path / "dropped.so")  # rebuilt
+
+
+def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    """No library is loaded from a folder someone else owns (here: this process pretends to be another uid)."""
+    folder = tmp_path / "kernels"
+    assert cpu_paged._private_folder(folder) is None
+    assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others
+    monkeypatch.setattr(os, "getuid", lambda: folder.stat().st_uid + 1)
+    why = cpu_paged._private_folder(folder)
+    assert why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why and "PAGED_LAB_CACHE" in why
+
+
+def test_only_a_closed_file_matching_its_sidecar_counts_as_our_build(tmp_path):
+    """The rules of cpu_paged._is_our_build, file by file; and a folder of ours that others could write
+    in is closed to 0700 (what was dropped in meanwhile then fails these rules)."""
+    folder = tmp_path / "kernels"
+    folder.mkdir(mode=0o775)
+    os.chmod(folder, 0o775)  # whatever the umask: group-writable
+    assert cpu_paged._private_folder(folder) is None and folder.stat().st_mode & 0o777 == 0o700
+    lib, digest = folder / "k.so", folder / "k.so.sha256"
+    lib.write_bytes(b"a library")
+    assert not cpu_paged._is_our_build(lib, digest)  # no sidecar
+    digest.write_text(cpu_paged._sha256(lib) + "\n")
+    os.chmod(lib, 0o700)
+    os.chmod(digest, 0o600)
+    assert cpu_paged._is_our_build(lib, digest)
+    os.chmod(lib, 0o770)
+    assert not cpu_paged._is_our_build(lib, digest)  # group-writable
+    os.chmod(lib, 0o700)
+    lib.write_bytes(b"another library")
+    assert not cpu_paged._is_our_build(lib, digest)  # the bytes changed since the build
+    link = folder / "link.so"
+    link.symlink_to(lib)
+    digest.write_text(cpu_paged._sha256(lib) + "\n")
+    assert cpu_paged._is_our_build(lib, digest)
+    assert not cpu_paged._is_our_build(link, digest)  # a link: where it points may change after the check

@@ -13,6 +13,7 @@ from paged_lab.kernels import (
     paged_attention_decode,
     paged_attention_prefill,
     resolve_backend,
+    store_and_decode,
     store_kv,
 )
 from paged_lab.kernels.synthetic import random_paged_kv
@@ -212,3 +213,48 @@ def test_triton_backend_rejects_a_cache_whose_head_dim_is_not_contiguous(kv):
     torch.manual_seed(0)
     ref = paged_attention_decode(**_decode_args(kv, q=torch.randn(2, 9, 64)), backend="torch")
     torch.testing.assert_close(out, ref)  # the torch path reads any layout
+
+
+def _backends_here():
+    """Every backend that can run on this machine (Triton through its interpreter on a CPU)."""
+    import importlib.util
+
+    from paged_lab.kernels import cpu_paged
+
+    names = ["auto", "torch", "reference"]
+    if cpu_paged.available():
+        names.append("cpu")
+    if importlib.util.find_spec("triton") is not None:
+        names.append("triton")
+    return names
+
+
+@pytest.mark.parametrize("backend", _backends_here())
+def test_a_dense_but_not_contiguous_q_gets_the_same_attention_on_every_backend(backend):
+    """q as a transposed view (dense, every element once, but not row-major): each backend must read q
+    by its strides or copy it, and hand back rows in the order of q's first dimension. The C kernels once
+    wrote packed rows into ``empty_like(q)``, which had q's strides (max error 1.3-2.0).
+    Block size 8 and head_dim 64 so that the Triton interpreter takes it too; the tolerance only has to
+    tell a layout bug (errors near 1) from rounding."""
+    kv = random_paged_kv([5, 20], block_size=8, num_kv_heads=2, head_dim=64, seed=11)
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens)
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(4, 2, 64, generator=g).transpose(0, 1)  # [num_seqs=2, heads=4, d], strides (64, 128, 1)
+    assert not q.is_contiguous()
+    got = paged_attention_decode(q, *args, 0.125, backend=backend)
+    torch.testing.assert_close(got, paged_attention_decode(q.contiguous(), *args, 0.125, backend="reference"),
+                               atol=1e-5, rtol=1e-5)
+    # store_and_decode (the C kernels' fused path): store the last token's K/V again, then attend
+    last = kv.context_lens.long() - 1
+    slots = kv.block_tables.long().gather(1, (last // 8)[:, None]).squeeze(1) * 8 + last % 8
+    k, v = kv.k_cache.view(-1, 2, 64)[slots].clone(), kv.v_cache.view(-1, 2, 64)[slots].clone()
+    got = store_and_decode(q, k, v, kv.k_cache.clone(), kv.v_cache.clone(), slots, kv.block_tables, kv.context_lens,
+                           0.125, backend=backend)
+    torch.testing.assert_close(got, paged_attention_decode(q.contiguous(), *args, 0.125, backend="reference"),
+                               atol=1e-5, rtol=1e-5)
+    qp = torch.randn(4, 7, 64, generator=g).transpose(0, 1)  # [num_tokens=3+4, heads, d]
+    qsl = torch.tensor([0, 3, 7], dtype=torch.int32)  # the last 3 tokens of seq 0, the last 4 of seq 1
+    assert not qp.is_contiguous()
+    got = paged_attention_prefill(qp, *args, qsl, 0.125, backend=backend)
+    torch.testing.assert_close(got, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125, backend="reference"),
+                               atol=1e-5, rtol=1e-5)

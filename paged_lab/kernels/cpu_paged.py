@@ -11,7 +11,10 @@ gives the algorithm, and :mod:`~paged_lab.kernels.reference` stays the readable 
 to. ``benchmarks/cpu_attention_bench.py`` measures it against the torch path.
 
 The library is compiled on first use with the system C compiler (under a second) into
-``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. :func:`usable` says
+``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. Loading a library runs its
+code, so a cached one is loaded only from a folder of this user's that nobody else can write (created
+with mode 0700), and only while its bytes match the sha256 written beside it at build time; any other
+file there is rebuilt, and a folder of another user's is refused (:func:`why_unavailable`). :func:`usable` says
 whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
 a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels are
 the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and the torch path otherwise. :func:`why_unavailable` says why the library is not loaded.
@@ -24,6 +27,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -35,6 +39,67 @@ CFLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
 _lock = threading.Lock()
 _state: dict = {}  # "lib": the loaded CDLL or None; "why": the reason it is None
+
+
+# Loading a shared library runs its code (its constructors run at dlopen), so the cached .so is only
+# loaded when it is known to be the one this process's user built from SOURCE:
+# - its folder belongs to this user and nobody else can write in it (created with mode 0700), so no
+#   other user can drop or swap a file there between the checks below and the load;
+# - the .so and its sidecar (the .so's sha256, written at build time) belong to this user, are regular
+#   files (not links) and not group/world-writable, and the .so's bytes still hash to the sidecar.
+# Anything else (a truncated build, a file dropped in while the folder was open to others) is rebuilt.
+def _private_folder(folder: Path) -> str | None:
+    """Create ``folder`` with mode 0700, or check the one there: None when it is this user's and closed
+    to others, else why no library is loaded from it. A folder of ours that others may write in (an older
+    cache, a umask of 002) is closed to mode 0700: what may have been dropped in meanwhile fails
+    :func:`_is_our_build` and is rebuilt."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.stat()
+    if st.st_uid != os.getuid():
+        return (f"the kernel cache folder {folder} belongs to uid {st.st_uid}, not this user (uid "
+                f"{os.getuid()}): no library is loaded from it (set PAGED_LAB_CACHE to a folder of your own)")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(folder, 0o700)
+    return None
+
+
+def _owned_and_closed(path: Path) -> bool:
+    """A regular file (not a link), this user's, that no group or other user may write."""
+    st = path.lstat()
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _is_our_build(lib_path: Path, digest_path: Path) -> bool:
+    """Whether ``lib_path`` is a library this user built: see the rules above."""
+    try:
+        if not (_owned_and_closed(lib_path) and _owned_and_closed(digest_path)):
+            return False
+        return _sha256(lib_path) == digest_path.read_text().strip()
+    except (OSError, UnicodeDecodeError):  # missing, unreadable, not text
+        return False
+
+
+def _compile(cc: str, lib_path: Path, digest_path: Path) -> str | None:
+    """Build SOURCE into ``lib_path`` and write its sha256 beside it; None, or why it failed. Both files
+    are written under temporary names and renamed into place (atomic: another process sees the whole
+    file or none; two processes that build at once each write a whole library and digest)."""
+    tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
+    os.chmod(tmp, 0o700)  # the compiler's mode follows the umask, which may leave it group-writable
+    tmp_digest = digest_path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp_digest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(_sha256(tmp) + "\n")
+    os.replace(tmp, lib_path)
+    os.replace(tmp_digest, digest_path)
+    return None
 
 
 def _build() -> tuple[ctypes.CDLL | None, str | None]:
@@ -49,16 +114,17 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
     from paged_lab._cache import cache_root
 
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
-    lib_path = cache_root() / "kernels" / f"paged_attention-{key}.so"
+    folder = cache_root() / "kernels"
+    lib_path = folder / f"paged_attention-{key}.so"
+    digest_path = folder / f"paged_attention-{key}.so.sha256"
     try:
-        if not lib_path.exists():
-            lib_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-            proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
-            if proc.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                return None, f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
-            os.replace(tmp, lib_path)  # atomic: another process sees the whole library or none
+        why = _private_folder(folder)
+        if why is not None:
+            return None, why
+        if not _is_our_build(lib_path, digest_path):
+            why = _compile(cc, lib_path, digest_path)
+            if why is not None:
+                return None, why
         # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
         lib = ctypes.CDLL(str(lib_path))
     except OSError as e:  # a read-only cache folder, a compiler that cannot run, a library that cannot load
@@ -113,16 +179,24 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> boo
     return why_unusable(k_cache, v_cache, q) is None
 
 
+def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q as contiguous ``[rows, H, d]``, and a contiguous ``out`` of that shape. The C code reads q and
+    writes out as packed rows (row r at offset ``r * H * d``), so neither may be a strided view: q may be
+    one (a transpose, a slice of a fused projection), and ``torch.empty_like(q)`` would copy its strides
+    into ``out``, so the kernel's packed rows would land in the wrong places."""
+    q = q.contiguous()
+    return q, torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
 def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
     """Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
     nothing), then attend q ``[S, H, d]`` over ``tables`` (int64 ``[S, max_blocks]``) up to ``lens``
     (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
     the dispatch checks (``kernels.dispatch``) and :func:`usable`: the C code trusts every index."""
     S, H, d = q.shape
-    out = torch.empty_like(q)
+    q, out = _contiguous_q_and_out(q)
     if S == 0:
         return out
-    q = q.contiguous()
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     if slots is not None:
         k, v, slots = k.contiguous(), v.contiguous(), slots.to(torch.long).contiguous()
@@ -142,10 +216,9 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
     ``query_start_loc[s]:query_start_loc[s + 1]``, the last positions of its context of ``lens[s]``) over
     their paged contexts -> ``[num_tokens, H, d]``; their K/V must be stored already. Same trust rules
     as :func:`store_and_decode`."""
-    out = torch.empty_like(q)
+    q, out = _contiguous_q_and_out(q)
     if q.shape[0] == 0:
         return out
-    q = q.contiguous()
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     qsl = query_start_loc.to(torch.long).contiguous()
     rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(), tables.data_ptr(),

@@ -15,10 +15,18 @@ Every check runs before any launch and names the argument and the limit. Checks 
 *values* (table entries in range, context lengths, query_start_loc) run when the tensors live on
 the CPU; on CUDA they would force a device sync per layer, so there only shapes/dtypes are checked.
 
-``validate=False`` skips every check: for callers (the engine) that checked the same block tables,
-context lengths and slot mapping once per step and then call these for every layer. ``plan`` (the
-``"torch"`` and ``"cpu"`` backends read it) is the batch's precomputed
-:class:`~paged_lab.kernels.torch_paged.GatherPlan`.
+``plan`` (the ``"torch"`` and ``"cpu"`` backends read it) is the batch's precomputed
+:class:`~paged_lab.kernels.torch_paged.GatherPlan`. It is an argument like the others: the checks
+verify that it is the plan ``plan_gather`` builds from this call's tensors (one that is not raises
+a ValueError naming ``plan``), because the backends index the cache through it unchecked.
+
+``validate=False`` skips every check, the plan's included: for callers (the engine) that checked the
+same block tables, context lengths, slot mapping and plan on the first layer of a step and pass the
+very same tensors to every other layer. **Trusted input only.** The C kernels and the Triton kernels
+(its CPU interpreter too) use every index as given, so an out-of-range block id, context length,
+slot or query offset, or a plan from another batch, is undefined behaviour: it may read or write
+outside the cache, return garbage, or crash the process (a segfault). Keep ``validate=True`` unless
+the same arguments were validated already.
 """
 
 from __future__ import annotations
@@ -118,6 +126,16 @@ def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len):
             f"block_tables entries in use must be in [0, num_blocks={num_blocks}), "
             f"got range [{int(ids.min())}, {int(ids.max())}]"
         )
+
+
+def _check_plan(plan, k_cache, **tensors):
+    """A ``plan`` must be the GatherPlan of this very call (see ``torch_paged.plan_mismatch``): the
+    backends index the cache through it without checking it again."""
+    if plan is None:
+        return
+    why = torch_paged.plan_mismatch(plan, k_cache.shape[1], **tensors)
+    if why is not None:
+        raise ValueError(why)
 
 
 def _check_scale(scale):
@@ -311,9 +329,12 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", valida
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
     ``[num_blocks, block_size, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``,
     ``slot = block * block_size + offset``; a negative slot skips that token (padding).
+    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
+    crash the process (see the module docstring).
     """
     if validate:
         _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
+        _check_plan(plan, k_cache, slot_mapping=slot_mapping)
     if k.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)  # a bad backend name still raises
         return
@@ -352,9 +373,12 @@ def paged_attention_decode(
     context_lens: int ``[num_seqs]`` (includes the query token, already stored with :func:`store_kv`).
     ``num_splits`` (Triton only): split each sequence's context into that many partitions merged by
     log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
+    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
+    crash the process (see the module docstring).
     """
     if validate:
         _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens)
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
     if q.shape[0] == 0:
@@ -377,10 +401,13 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
     as ``engine.KVCache`` keeps them). A decode step calls this once per layer. Arguments as those two
-    functions'; q ``[num_seqs, num_heads, head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``."""
+    functions'; q ``[num_seqs, num_heads, head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``.
+    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
+    crash the process (see the module docstring)."""
     if validate:
         _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
         _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens, slot_mapping=slot_mapping)
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
@@ -399,9 +426,13 @@ def paged_attention_prefill(
     last ``query_len`` positions of its ``context_lens[i]`` tokens (chunked prefill and cached
     prefixes: the earlier context is read from the cache). ``max_query_len``: the longest query, when
     the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device.
+    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
+    crash the process (see the module docstring).
     """
     if validate:
-        _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale)
+        _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, max_query_len)
+        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
+                    query_start_loc=query_start_loc)
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
@@ -409,7 +440,7 @@ def paged_attention_prefill(
                 query_start_loc, float(scale), plan=plan, max_query_len=max_query_len)
 
 
-def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale):
+def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, max_query_len=None):
     _check_cache(k_cache, v_cache)
     _check_q(q, k_cache, "num_tokens")
     _check_device(k_cache.device, q=q, v_cache=v_cache)
@@ -437,6 +468,10 @@ def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_
                 f"sequence {i}: query length {int(q_lens[i])} exceeds context_lens[{i}] = {int(context_lens[i])} "
                 f"(context_lens counts the query tokens too)"
             )
+        # Triton sizes its grid by max_query_len: a smaller one would leave query rows unwritten
+        if max_query_len is not None and num_seqs and max_query_len < int(q_lens.max()):
+            raise ValueError(f"max_query_len {max_query_len} is less than the longest query, "
+                             f"{int(q_lens.max())} tokens")
     _check_scale(scale)
 
 

@@ -89,6 +89,97 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
     return plan
 
 
+def plan_mismatch(plan, block_size: int, block_tables=None, context_lens=None, query_start_loc=None,
+                  slot_mapping=None) -> str | None:
+    """Why ``plan`` is not the :class:`GatherPlan` that :func:`plan_gather` builds from this call's
+    tensors (a sentence naming ``plan`` and the field), or None when it is.
+
+    A plan is a cache of indices, and nothing downstream checks it again: the torch path gathers and
+    stores through its tensors, and the C kernels take ``plan.table`` and ``plan.lens`` as raw pointers.
+    A plan left over from another step (other tables, lengths or batch size) gives wrong attention at
+    best, and reads or writes outside the cache (a crash) at worst. The exact test is also a cheap one:
+    rebuild the plan from the call's own tensors at the plan's own sizes (its table width, its max_q)
+    and compare every index tensor a backend reads. That is one more ``plan_gather``, which the dispatch
+    runs once per step (its checks run on the first layer of a forward only), after the block tables
+    and lengths themselves passed their range checks.
+
+    ``block_tables``/``context_lens`` check the attention indices, ``query_start_loc`` adds the
+    prefill ones, ``slot_mapping`` the store ones (a plan built without slot_mapping has none: the
+    store then reads slot_mapping itself). Values are compared on CPU tensors only (on CUDA each
+    comparison would wait for the device; the shapes are still checked there).
+    """
+    if not isinstance(plan, GatherPlan):
+        return f"plan must be a GatherPlan (built by torch_paged.plan_gather), got {type(plan).__name__}"
+    if block_tables is not None:
+        why = _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query_start_loc)
+        if why is not None:
+            return why
+    if slot_mapping is not None and plan.store_slots is not None:
+        return _store_plan_mismatch(plan, slot_mapping)
+    return None
+
+
+_ANOTHER_BATCH = "the plan was built for another batch; build it with plan_gather from the tensors this call gets"
+
+
+def _same(a, b) -> bool:
+    """Both None, or tensors of one shape, dtype and device holding the same values."""
+    if a is None or b is None:
+        return a is None and b is None
+    return (isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+            and torch.equal(a, b))
+
+
+def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query_start_loc) -> str | None:
+    num_seqs, width = block_tables.shape
+    prefill = query_start_loc is not None
+    fields = ("table", "lens", "valid", "unused", "decode_mask", *(("seq_of", "row", "mask") if prefill else ()))
+    for name in fields:
+        if not isinstance(getattr(plan, name), torch.Tensor):
+            if name == "seq_of":
+                return "plan has no query indices (a decode plan): build it with plan_gather(..., query_start_loc=...)"
+            return f"plan.{name} must be a tensor, got {type(getattr(plan, name)).__name__}"
+    table = plan.table
+    if table.dim() != 2 or table.shape[0] != num_seqs or not 1 <= table.shape[1] <= width:
+        return (f"plan.table has shape {tuple(table.shape)}, but this call has {num_seqs} sequences and block_tables "
+                f"{width} columns wide; {_ANOTHER_BATCH}")
+    if table.device != block_tables.device:
+        return f"plan is on {table.device} but block_tables is on {block_tables.device}"
+    if block_tables.device.type != "cpu" or num_seqs == 0:
+        return None
+    nb = table.shape[1]
+    lens = context_lens.long()
+    if int(lens.max()) > nb * block_size:
+        return (f"plan.table is {nb} block(s) wide, {nb * block_size} tokens at block_size {block_size}, but "
+                f"context_lens max is {int(lens.max())}; {_ANOTHER_BATCH}")
+    if prefill:
+        qsl = query_start_loc.long()
+        longest = int((qsl[1:] - qsl[:-1]).max())
+        if not isinstance(plan.max_q, int) or plan.max_q < longest:
+            return f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; {_ANOTHER_BATCH}"
+    want = plan_gather(block_tables, context_lens, block_size, max_ctx=nb * block_size,
+                       query_start_loc=query_start_loc, max_query_len=plan.max_q if prefill else None)
+    for name in fields:
+        if not _same(getattr(plan, name), getattr(want, name)):
+            return f"plan.{name} does not match block_tables/context_lens{'/query_start_loc' if prefill else ''}; " \
+                   f"{_ANOTHER_BATCH}"
+    return None
+
+
+def _store_plan_mismatch(plan, slot_mapping) -> str | None:
+    slots = slot_mapping.to(device=plan.store_slots.device, dtype=torch.long)
+    if plan.store_slots.dim() != 1 or plan.store_slots.shape[0] > slots.shape[0]:
+        return (f"plan.store_slots has shape {tuple(plan.store_slots.shape)} for {slots.shape[0]} tokens; "
+                f"{_ANOTHER_BATCH}")
+    if slots.device.type != "cpu":
+        return None
+    keep = slots >= 0  # as plan_gather splits them: negative slots are padding, not stored
+    rows = None if bool(keep.all()) else keep.nonzero().squeeze(1)
+    if not (_same(plan.store_rows, rows) and _same(plan.store_slots, slots if rows is None else slots[rows])):
+        return f"plan.store_slots/store_rows do not match slot_mapping; {_ANOTHER_BATCH}"
+    return None
+
+
 def store_kv(k, v, k_cache, v_cache, slot_mapping, plan: GatherPlan | None = None) -> None:
     """:func:`paged_lab.kernels.reference.store_kv`, as one ``index_copy_`` per cache when ``plan``
     carries the batch's store indices (no per-layer masking and slot -> (block, offset) split)."""
