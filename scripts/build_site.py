@@ -272,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "site")
     parser.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="embed",
                         help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
-    parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
+    parser.add_argument("--check", action="store_true",
+                        help="open the pages in headless Chromium, offline, and fail unless every plain figure and "
+                        "every playground's static picture is drawn; screenshots to OUT/screenshots")
     args = parser.parse_args(argv)
     series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + [
         p for folder in TRANSLATED_FOLDERS for p in sorted((NOTEBOOKS / folder).glob("[0-9][0-9]_*.ipynb"))]
