@@ -54,14 +54,18 @@ lint: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# The learner's view: every notebook in JupyterLab in headless Chromium (Debian's package; Playwright
-# cannot download browsers here), with the time and memory budget checked on the same run.
-test-browser: $(STAMP)
+# Debian's chromium (Playwright cannot download browsers here) and a CJK font: the zh-TW pages' text
+# draws as empty boxes without one. For make test-browser and make html-check.
+.PHONY: browser-deps
+browser-deps:
 	@command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) \
-		|| { echo "test-browser needs Debian's chromium: apt-get install chromium (as root)"; exit 1; }
-	@# The zh-TW notebooks' figures need a CJK font in the browser, or their text draws as empty boxes.
+		|| { echo "make test-browser and make html-check need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	@fc-list :lang=zh-tw 2>/dev/null | grep -q . || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q fonts-noto-cjk) \
-		|| { echo "test-browser needs a CJK font for the zh-TW notebooks: apt-get install fonts-noto-cjk (as root)"; exit 1; }
+		|| { echo "the zh-TW notebooks need a CJK font in the browser: apt-get install fonts-noto-cjk (as root)"; exit 1; }
+
+# The learner's view: every notebook in JupyterLab in headless Chromium, with the time and memory
+# budget checked on the same run.
+test-browser: $(STAMP) browser-deps
 	@# Chromium, JupyterLab and the kernel share the cores too: the kernels get the same thread share as
 	@# make test's workers (notebook 07's step-time check once failed here with torch's default threads).
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q tests/browser
@@ -82,6 +86,15 @@ sync: $(STAMP)
 	$(PY) scripts/sync_badges.py
 
 # The executed series as static pages in site/ (not committed): plotly figures embedded, widget state kept.
-# With chromium present it also opens every page headless and checks its figures are drawn.
+# With chromium present it also opens every page headless and checks that each figure a reader is meant
+# to see offline is drawn: the plain figures and each playground's static picture (a playground's live
+# figure needs the widget manager from its CDN, so an offline page does not draw it).
 html: $(STAMP)
 	$(PY) scripts/build_site.py --out site $$(command -v chromium >/dev/null && echo --check)
+
+# What CI runs of make html: one English page and its zh-TW twin (notebook 01: plain figures and a
+# playground), built and checked in headless Chromium. HTML_CHECK names other notebooks (prefixes).
+HTML_CHECK ?= 01
+.PHONY: html-check
+html-check: $(STAMP) browser-deps
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) scripts/build_site.py --out site --check $(HTML_CHECK)

@@ -14,6 +14,17 @@ print the package code that the answer is checked against.
 The result renders as coloured HTML in Jupyter and as plain text anywhere else (``print(result)``).
 A function that raises, such as the stub's ``NotImplementedError``, is reported in a sentence, not a
 traceback. ``make exercises`` (scripts/make_exercises.py) writes the learner copies of the notebooks.
+
+Two things the grader does not let through:
+- a function that does not return: each call gets ``time_limit`` seconds (TIME_LIMIT_S by default),
+  then it is stopped and the case it was stuck on is reported. The clock is ``signal.setitimer``, whose
+  signal interrupts even a pure-Python ``while True:`` loop between two bytecodes and leaves the kernel
+  as it was. It works where Jupyter runs a cell, in the main thread of a POSIX kernel; elsewhere (Windows,
+  another thread) the calls run without a limit.
+- an answer that only claims to be right: ``==`` asks the learner's object too (Python tries its
+  ``__eq__`` when the answer's says NotImplemented, and first when it is a subclass), so an object whose
+  ``__eq__`` always says True would pass. The answer's type is checked first, element by element, then
+  the values are compared.
 """
 
 from __future__ import annotations
@@ -23,8 +34,11 @@ import importlib
 import inspect
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from paged_lab import i18n, kv_math
@@ -34,6 +48,7 @@ from paged_lab.memory import prefix_cache
 CHECK_CLASS = "paged-lab-check"  # the result's HTML box (the browser test reads it)
 PASS, FAIL = "✓", "✗"
 MAX_EXAMPLES = 25  # generated inputs per check: enough to find the usual slips, fast on a laptop CPU
+TIME_LIMIT_S = 10.0  # seconds per call of the learner's function; the package's answers take milliseconds
 
 
 @dataclass(frozen=True)
@@ -106,10 +121,46 @@ class _Wrong(Exception):
     """The learner's answer differs from the real one on ``args``."""
 
 
-def _run(fn: Callable, args: tuple) -> tuple[bool, Any]:
-    """(True, answer) or (False, the exception the learner's function raised)."""
+class _TimedOut(BaseException):
+    """The learner's function ran past the time limit on ``args``. A BaseException, so that neither the
+    learner's ``except Exception:`` nor hypothesis (which would shrink, at a time limit per try) holds it."""
+
+    def __init__(self, args: tuple):
+        super().__init__(args)
+        self.case = args
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise _TimedOut (without arguments) in the code run inside, once ``seconds`` have passed.
+
+    SIGALRM from ``signal.setitimer``: Python runs its handler in the main thread between two
+    bytecodes, so it stops a pure-Python endless loop; the timer and the previous handler are put back
+    on the way out. Without SIGALRM (Windows) or outside the main thread, no limit."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _TimedOut(())
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return True, fn(*_copy(args))
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(fn: Callable, args: tuple, time_limit: float | None = None) -> tuple[bool, Any]:
+    """(True, answer) or (False, the exception the learner's function raised); raises _TimedOut(args)
+    when it has not returned after ``time_limit`` seconds."""
+    try:
+        with _time_limit(time_limit):
+            return True, fn(*_copy(args))
+    except _TimedOut:
+        raise _TimedOut(args) from None
     except Exception as e:  # the learner's code: any error is feedback, not a crash
         return False, _stub_error(e) or e
 
@@ -139,9 +190,9 @@ def _copy(args: tuple) -> tuple:
     return tuple(out)
 
 
-def _mismatch(ex: Exercise, fn: Callable, args: tuple) -> str | None:
-    """Why ``fn`` fails on ``args`` (a message), or None when its answer is right."""
-    ok, got = _run(fn, args)
+def _mismatch(ex: Exercise, fn: Callable, args: tuple, time_limit: float | None = None) -> str | None:
+    """Why ``fn`` fails on ``args`` (a message), or None when its answer is right (_TimedOut: see _run)."""
+    ok, got = _run(fn, args, time_limit)
     want = ex.expected(*_copy(args))
     if not ok:
         return f"raised {type(got).__name__}: {got}"
@@ -149,12 +200,48 @@ def _mismatch(ex: Exercise, fn: Callable, args: tuple) -> str | None:
 
 
 def _compare(ex: Exercise, want, got) -> str | None:
+    """Types first, then values: once ``got`` has the answer's types all the way down, ``==`` runs the
+    built-in types' own comparison, never a method the learner wrote."""
+    different = _type_difference(want, got)
+    if different is not None:
+        where, got_type, want_type = different
+        if not where:
+            return f"returned {ex.fmt(got)} (type {got_type}, but the answer is of type {want_type})"
+        return f"returned {ex.fmt(got)} (yours{where} is of type {got_type}, but the answer's is of type {want_type})"
     try:
         if ex.same(want, got):
             return None
     except Exception as e:  # e.g. a tensor of the wrong shape
         return f"returned {ex.fmt(got)}, which cannot be compared with the answer ({type(e).__name__}: {e})"
     return f"returned {ex.fmt(got)}"
+
+
+# The answers' types that _type_difference holds a learner's answer to (the exercises' answers are made of
+# these; a tensor or a float answer is compared by the exercise's own `same`, which reads numbers, not ==).
+_CHECKED_TYPES = (int, str, bytes, list, tuple, dict, type(None))  # int: bool too
+
+
+def _type_difference(want, got, where: str = "") -> tuple[str, str, str] | None:
+    """Where ``got`` first differs in type from the answer ``want``: (path, its type, the answer's type),
+    e.g. ("[2]", "str", "int"), or None. Exact types, not isinstance(): a subclass could redefine ==.
+    Inside lists, tuples, dicts and dataclasses, element by element."""
+    if not (isinstance(want, _CHECKED_TYPES) or is_dataclass(want)):
+        return None
+    if type(got) is not type(want):
+        return where, type(got).__name__, type(want).__name__
+    if isinstance(want, (list, tuple)):
+        pairs = [(f"[{i}]", w, g) for i, (w, g) in enumerate(zip(want, got))]
+    elif isinstance(want, dict):
+        pairs = [(f"[{k!r}]", want[k], got[k]) for k in want if k in got]
+    elif is_dataclass(want):
+        pairs = [(f".{f.name}", getattr(want, f.name), getattr(got, f.name)) for f in fields(want)]
+    else:
+        return None
+    for step, w, g in pairs:
+        found = _type_difference(w, g, where + step)
+        if found is not None:
+            return found
+    return None
 
 
 def _call(ex: Exercise, args: tuple) -> str:
@@ -170,8 +257,18 @@ def _failure(ex: Exercise, args: tuple, why: str, generated: bool) -> str:
             f"Hint: {ex.hint}")
 
 
-def _search(ex: Exercise, fn: Callable, max_examples: int) -> tuple | None:
-    """The smallest generated arguments on which ``fn`` is wrong (hypothesis shrinks them), or None."""
+def _timed_out(ex: Exercise, args: tuple, time_limit: float, generated: bool) -> str:
+    where = "a generated input" if generated else "a fixed case"
+    return (f"{FAIL} {ex.name}: still running after {time_limit:g} s, so the check stopped it. On {where}:\n"
+            f"  {_call(ex, args)}\n"
+            f"A loop that never ends? If your function is only slow, give it more time: "
+            f"check({ex.name}, time_limit={4 * time_limit:g}).\n"
+            f"Hint: {ex.hint}")
+
+
+def _search(ex: Exercise, fn: Callable, max_examples: int, time_limit: float | None = None) -> tuple | None:
+    """The smallest generated arguments on which ``fn`` is wrong (hypothesis shrinks them), or None.
+    _TimedOut goes straight through: hypothesis does not shrink a BaseException."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
     last_failing: list[tuple] = []
@@ -181,12 +278,14 @@ def _search(ex: Exercise, fn: Callable, max_examples: int) -> tuple | None:
               suppress_health_check=list(HealthCheck))
     @given(ex.strategy())
     def answers_like_the_package(args):
-        if _mismatch(ex, fn, args) is not None:
+        if _mismatch(ex, fn, args, time_limit) is not None:
             last_failing.append(args)  # hypothesis replays the shrunk example last
             raise _Wrong
 
     try:
         answers_like_the_package()
+    except _TimedOut:
+        raise
     except _Wrong:
         return last_failing[-1]
     except BaseException as e:  # hypothesis groups errors it saw (an ExceptionGroup on several kinds)
@@ -197,28 +296,38 @@ def _search(ex: Exercise, fn: Callable, max_examples: int) -> tuple | None:
 
 
 def check(fn: Callable, exercise: str | None = None, *, show_solution: bool = False,
-          max_examples: int = MAX_EXAMPLES) -> Result:
-    """Grade the learner's ``fn`` against the package's implementation (see the module docstring)."""
+          max_examples: int = MAX_EXAMPLES, time_limit: float | None = TIME_LIMIT_S) -> Result:
+    """Grade the learner's ``fn`` against the package's implementation (see the module docstring).
+    Each call of ``fn`` may take ``time_limit`` seconds (None: no limit)."""
     name = exercise or getattr(fn, "__name__", None)
     if name not in EXERCISES:
         raise ValueError(f"exercise must be one of {sorted(EXERCISES)}, got {name!r} "
                          "(name your function as the exercise does, or pass exercise=...)")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise ValueError(f"time_limit must be a number of seconds above 0, or None for no limit; got {time_limit!r}")
     ex = EXERCISES[name]
     shown = solution(name) if show_solution else None
     if not callable(fn):
         return Result(name, False, f"{FAIL} {name}: pass the function itself, check({name}), "
                                    f"not {type(fn).__name__}", shown)
     for args in ex.cases:
-        why = _mismatch(ex, fn, args)
+        try:
+            why = _mismatch(ex, fn, args, time_limit)
+        except _TimedOut:
+            return Result(name, False, _timed_out(ex, args, time_limit, generated=False), shown)
         if why is not None and why.startswith("raised NotImplementedError"):
             text = (f"{FAIL} {name}: not written yet. Replace the `...` and the `raise NotImplementedError` "
                     f"line with your code.\n  ({why.removeprefix('raised ')})\nHint: {ex.hint}")
             return Result(name, False, text, shown)
         if why is not None:
             return Result(name, False, _failure(ex, args, why, generated=False), shown)
-    args = _search(ex, fn, max_examples)
+    try:
+        args = _search(ex, fn, max_examples, time_limit)
+        why = None if args is None else _mismatch(ex, fn, args, time_limit) or "?"
+    except _TimedOut as stuck:
+        return Result(name, False, _timed_out(ex, stuck.case, time_limit, generated=True), shown)
     if args is not None:
-        return Result(name, False, _failure(ex, args, _mismatch(ex, fn, args) or "?", generated=True), shown)
+        return Result(name, False, _failure(ex, args, why, generated=True), shown)
     n = len(ex.cases)
     return Result(name, True, f"{PASS} {name}: right on {n} fixed cases and {max_examples} generated ones; "
                               "it answers as the package does.", shown)

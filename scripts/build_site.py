@@ -212,9 +212,35 @@ def shot_name(page_path: Path) -> str:
     return f"{folder}-{page_path.stem}.png" if folder in TRANSLATED_FOLDERS else f"{page_path.stem}.png"
 
 
+WIDGET_STATE_SCRIPT = re.compile(rf'<script type="{re.escape(WIDGET_STATE)}">.*?</script>', flags=re.S)
+
+
+def figures_meant_to_draw(page: str) -> int:
+    """How many plotly figures a page draws by itself, offline: its plain figures and the static
+    picture of each playground. A playground's live figure is not counted: it lives in the kept widget
+    state and draws only where the widget manager loads (online, from its CDN)."""
+    return WIDGET_STATE_SCRIPT.sub("", page).count("Plotly.newPlot(")
+
+
+def page_name(page_path: Path) -> str:
+    """A page as a reader finds it in the site: ``01_kv_cache_math.html``, ``zh-TW/01_kv_cache_math.html``."""
+    folder = page_path.parent.name
+    return f"{folder}/{page_path.name}" if folder in TRANSLATED_FOLDERS else page_path.name
+
+
+# A figure is drawn when plotly made its SVG and gave it data; the live figures of playgrounds (inside a
+# widget view) are left out, as figures_meant_to_draw leaves them out.
+DRAWN_FIGURES = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter((p) => !p.closest('.jupyter-widgets') && p.querySelector('.main-svg') && (p.data || []).length > 0)
+  .length"""
+STATIC_PICTURES = """() => Array.from(document.querySelectorAll('.paged-lab-static')).map(
+  (el) => Array.from(el.querySelectorAll('.js-plotly-plot')).some((p) => p.querySelector('.main-svg') && (p.data || []).length > 0))"""
+
+
 def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromium") -> list[str]:
     """Open each page in headless Chromium (offline is fine), screenshot its top into ``shots``, and
-    return the pages where fewer figures were drawn than the page holds."""
+    return what a reader would miss: figures the page should draw offline but did not, and playgrounds
+    whose static picture is not drawn."""
     from playwright.sync_api import sync_playwright
 
     shots.mkdir(parents=True, exist_ok=True)
@@ -222,24 +248,19 @@ def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromi
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         for page_path in pages:
+            name, expected = page_name(page_path), figures_meant_to_draw(page_path.read_text())
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=120_000)
-            text = page_path.read_text()  # figures the page draws itself; saved widgets draw only when online
-            expected = text.count("Plotly.newPlot(") - text.count("window.Plotly.newPlot(el,")
             try:
-                page.wait_for_function(
-                    f"() => document.querySelectorAll('.js-plotly-plot .main-svg .trace').length > 0 || {expected} == 0",
-                    timeout=30_000,
-                )
-            except Exception:
+                page.wait_for_function(f"() => ({DRAWN_FIGURES})() >= {expected}", timeout=30_000)
+            except Exception:  # reported below, with the count
                 pass
-            drawn = page.evaluate(
-                "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
-                ".filter((p) => p.querySelector('.main-svg') && (p.data || []).length > 0).length"
-            )
+            drawn, statics = page.evaluate(DRAWN_FIGURES), page.evaluate(STATIC_PICTURES)
             page.screenshot(path=str(shots / shot_name(page_path)))
             if drawn < expected:
-                problems.append(f"{page_path.name}: {drawn} of {expected} figures drawn")
+                problems.append(f"{name}: {drawn} of {expected} figures drawn (plain figures and playgrounds' static pictures)")
+            if not all(statics):
+                problems.append(f"{name}: {statics.count(False)} of {len(statics)} playgrounds show no static picture")
             page.close()
         browser.close()
     return problems
@@ -251,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "site")
     parser.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="embed",
                         help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
-    parser.add_argument("--check", action="store_true", help="open the pages in headless Chromium; screenshots to OUT/screenshots")
+    parser.add_argument("--check", action="store_true",
+                        help="open the pages in headless Chromium, offline, and fail unless every plain figure and "
+                        "every playground's static picture is drawn; screenshots to OUT/screenshots")
     args = parser.parse_args(argv)
     series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + [
         p for folder in TRANSLATED_FOLDERS for p in sorted((NOTEBOOKS / folder).glob("[0-9][0-9]_*.ipynb"))]

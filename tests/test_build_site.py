@@ -1,4 +1,5 @@
-"""scripts/build_site.py without a kernel or a browser: each static page holds plotly.js at most once."""
+"""scripts/build_site.py without a kernel or a browser: each static page holds plotly.js at most once,
+and the offline check counts the figures a reader is meant to see."""
 
 from __future__ import annotations
 
@@ -78,3 +79,46 @@ def test_an_english_page_and_its_translation_get_screenshots_of_their_own():
     en, zh = Path("site/01_kv_cache_math.html"), Path("site/zh-TW/01_kv_cache_math.html")
     assert site.shot_name(en) == "01_kv_cache_math.png"
     assert site.shot_name(zh) == "zh-TW-01_kv_cache_math.png"
+
+
+def executed_page_with_an_output_playground() -> nbformat.NotebookNode:
+    """A plain figure, then a playground as ``interactive()`` saves it: a VBox of the controls, the
+    readout and an Output widget holding the live figure (plotly's JSON and its HTML, which calls
+    Plotly.newPlot), all in the widget state; the cell's output is only a view of the VBox."""
+    import plotly.io as pio
+
+    fig = go.Figure(go.Bar(y=[1, 2]), layout_title_text="live")
+    live = {site.PLOTLY: json.loads(fig.to_json()), "text/html": pio.to_html(fig, include_plotlyjs=False, full_html=False)}
+    slider = {"model_name": "IntSliderModel", "state": {"description": "n", "value": 2}}
+    state = {
+        "slider": slider,
+        "controls": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_slider"]}},
+        "readout": {"model_name": "HTMLModel", "state": {"value": "2 bars", "_dom_classes": ["paged-lab-readout"]}},
+        "out": {"model_name": "OutputModel", "state": {"outputs": [{"output_type": "display_data", "data": live}]}},
+        "box": {"model_name": "VBoxModel",
+                "state": {"children": ["IPY_MODEL_controls", "IPY_MODEL_readout", "IPY_MODEL_out"]}},
+    }
+    plain = nbformat.v4.new_code_cell("fig")
+    plain.outputs = [nbformat.v4.new_output("display_data", data={
+        site.PLOTLY: json.loads(go.Figure(go.Scatter(y=[3, 1, 2])).to_json())})]
+    playground = nbformat.v4.new_code_cell("interactive(...)")
+    playground.outputs = [nbformat.v4.new_output("display_data", data={
+        site.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0}, "text/plain": "VBox(...)"})]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), plain, playground]
+    nb.metadata["widgets"] = {site.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    return nb
+
+
+def test_the_offline_check_counts_the_figures_a_reader_is_meant_to_see():
+    """make html --check once failed every page with a playground: it counted the live figure kept in
+    the widget state, which an offline page cannot draw, beside the static picture that it does draw."""
+    page = site.to_html(executed_page_with_an_output_playground(), [])
+    assert page.count('class="paged-lab-static"') == 1 and "n = 2" in page  # the playground's static picture
+    assert page.count("Plotly.newPlot(") == 3  # the plain figure, the static picture, the live figure
+    assert site.figures_meant_to_draw(page) == 2  # the live figure is the widget manager's, online only
+
+
+def test_a_problem_names_the_page_with_its_folder():
+    assert site.page_name(Path("site/zh-TW/01_kv_cache_math.html")) == "zh-TW/01_kv_cache_math.html"
+    assert site.page_name(Path("site/01_kv_cache_math.html")) == "01_kv_cache_math.html"

@@ -4,8 +4,10 @@ import ast
 import re
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -100,6 +102,8 @@ def test_bad_arguments_are_named():
     assert "pass the function itself" in check(3, exercise="slot_for").text
     with pytest.raises(ValueError, match="name must be one of"):
         solution("nope")
+    with pytest.raises(ValueError, match="time_limit must be a number of seconds above 0, or None"):
+        check(lambda pos, block_table, block_size: 0, exercise="slot_for", time_limit=0)
 
 
 def test_html_and_text_renderings():
@@ -110,6 +114,115 @@ def test_html_and_text_renderings():
     html = result._repr_html_()
     assert exercises.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
     assert repr(result) == "Result('blocks_needed', passed=False)"
+
+
+# ---------------------------------------------------------------- what the grader does not let through
+
+needs_setitimer = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit needs SIGALRM (POSIX)")
+
+
+@needs_setitimer
+def test_a_function_that_never_returns_is_stopped_on_the_case_it_is_stuck_on():
+    def slot_for(pos, block_table, block_size):
+        deadline = time.monotonic() + 20  # forever beside the limit, yet bounded: without a working
+        while time.monotonic() < deadline:  # limit this test fails (the answer 0 is wrong) instead of hanging
+            pass
+        return 0
+
+    result = check(slot_for, time_limit=0.2)
+    assert not result.passed
+    assert result.text.startswith("✗ slot_for: still running after 0.2 s, so the check stopped it. On a fixed case:")
+    assert "  slot_for(pos=0, block_table=[7], block_size=4)\n" in result.text  # the case it was stuck on
+    assert "give it more time: check(slot_for, time_limit=0.8)." in result.text and "Hint: " in result.text
+
+
+@needs_setitimer
+def test_a_generated_input_that_never_returns_is_named_without_shrinking():
+    stuck = []
+
+    def blocks_needed(n_tokens, block_size):  # right on the fixed cases; loops from 101 tokens on
+        if n_tokens > 100:
+            stuck.append(n_tokens)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                pass
+        return -(-n_tokens // block_size)
+
+    text = check(blocks_needed, time_limit=0.2).text
+    assert "so the check stopped it. On a generated input:" in text
+    assert f"blocks_needed(n_tokens={stuck[0]}, " in text
+    assert len(stuck) == 1  # hypothesis did not shrink it: one wait of 0.2 s, not one per smaller try
+
+
+@needs_setitimer
+def test_the_time_limit_leaves_no_timer_or_handler_behind():
+    def slot_for(pos, block_table, block_size):
+        while True:
+            pass
+
+    before = signal.getsignal(signal.SIGALRM)
+    assert not check(slot_for, time_limit=0.1).passed
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@needs_setitimer
+def test_the_time_limit_stops_an_endless_loop_inside_a_jupyter_kernel(tmp_path):
+    """Where a learner meets it: a cell of a kernel, `while True: pass`, then the kernel still answers."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from paged_lab.exercises import check\n\n"
+        "def slot_for(pos, block_table, block_size):\n    while True:\n        pass\n\n"
+        "print(check(slot_for, time_limit=0.5).text)"), nbformat.v4.new_code_cell("print(6 * 7)")]
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    first, second = ("".join(o.get("text", "") for o in c.outputs) for c in nb.cells)
+    assert first.startswith("✗ slot_for: still running after 0.5 s") and second == "42\n"
+
+
+class _EqualsEverything:
+    """An answer that claims to be right: equal to anything."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = None
+
+
+def test_an_answer_that_equals_everything_does_not_pass():
+    def blocks_needed(n_tokens, block_size):
+        return _EqualsEverything()
+
+    result = check(blocks_needed)
+    assert not result.passed
+    assert "(type _EqualsEverything, but the answer is of type int)" in result.text
+
+
+def test_a_subclass_that_redefines_equality_does_not_pass_either():
+    """A subclass's __eq__ runs first (Python's rule), so isinstance() would not do: the types must match."""
+
+    class SlyInt(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    class SlyList(list):
+        def __eq__(self, other):
+            return True
+
+    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):  # as many items as the answer, all wrong
+        right = EXERCISES["admit"].expected(prompt_lens, num_free_blocks, max_num_seqs, block_size)
+        return [SlyInt(-1) for _ in right]
+
+    result = check(admit)
+    assert not result.passed and "(yours[0] is of type SlyInt, but the answer's is of type int)" in result.text
+
+    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):  # noqa: F811 (the name is the exercise)
+        return SlyList()
+
+    result = check(admit)
+    assert not result.passed and "(type SlyList, but the answer is of type list)" in result.text
 
 
 # ---------------------------------------------------------------- the notebooks and their learner copies

@@ -303,3 +303,20 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
         html = result._repr_html_()
         assert "提示：" in html and "<summary>解答</summary>" in html and "解答：套件自己的程式碼" in html
         assert result.text == wrong and "Hint: " in str(result)  # the object itself stays English
+
+
+def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
+    """The lines check() adds for a function stopped at its time limit and for an answer of the wrong type."""
+    import re
+
+    from paged_lab import exercises as X
+
+    ex = X.EXERCISES["admit"]
+    texts = [X._timed_out(ex, ex.cases[0], 10.0, generated=g) for g in (False, True)]
+    for got in ("0", ["0"]):  # the answer itself of the wrong type, then an item of it
+        texts.append(X._failure(ex, ex.cases[0], X._compare(ex, [0], got), generated=False))
+    for text in texts:
+        for line in X._shown(text).split("\n"):
+            if line.strip() and not line.strip().startswith("admit("):  # the call: code, as typed
+                assert re.search(r"[\u4e00-\u9fff]", line) and not i18n.needs_translation(line), \
+                    f"untranslated feedback line {line!r}"
