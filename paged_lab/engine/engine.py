@@ -162,7 +162,10 @@ class LLM:
         text, ids = self._tokenize(where, prompt)
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"sampling_params[{i}] must be a SamplingParams, got {type(sp).__name__}")
-        sp.validate()
+        try:  # again: a field may have been edited since the SamplingParams was made
+            sp.validate()
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
         if not ids:
             raise ValueError(f"{where}: prompt is empty (it must hold at least 1 token)")
         if len(ids) >= self.max_model_len:
@@ -211,8 +214,9 @@ class LLM:
 
         Every request is validated before any work starts: an empty prompt, a prompt as long as the
         model context or longer than the whole KV pool, a prompt + max_tokens that can never fit in the
-        pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0, top_p outside (0, 1],
-        n < 1) raises ValueError naming the prompt index and the field, and nothing runs.
+        pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0 or not finite, top_p outside
+        (0, 1], n < 1, a seed that is not an integer in [0, 2**64 - n], ...) raises ValueError naming the
+        prompt index and the field, and nothing runs.
         """
         prepared = self._prepare(prompts, sampling_params)
         arrivals = _check_arrival_steps(arrival_steps, len(prepared))
