@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence as _Seq
 from dataclasses import dataclass
@@ -140,6 +141,7 @@ class LLM:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
         self._step_times: list[tuple[float, float]] = []  # step -> (start, end), time.perf_counter
+        self._step_open = False  # True from schedule() until the step's update() is done
         self._peak_usage = 0.0
 
     # ------------------------------------------------------------------------------------ validation
@@ -217,27 +219,91 @@ class LLM:
         pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0 or not finite, top_p outside
         (0, 1], n < 1, a seed that is not an integer in [0, 2**64 - n], ...) raises ValueError naming the
         prompt index and the field, and nothing runs.
+
+        Interrupted (Ctrl-C, or an exception inside a step): every unfinished request of this call is
+        aborted -- its blocks freed, its tokens dropped, nothing is resumed later -- a RuntimeWarning says
+        how many, and the exception is raised again. The engine is then as usable as before: run the
+        prompts again with a new call.
         """
         prepared = self._prepare(prompts, sampling_params)
         arrivals = _check_arrival_steps(arrival_steps, len(prepared))
-        order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
-        requests: list[_Request | None] = [None] * len(prepared)
+        requests: list[_Request | None] = [None] * len(prepared)  # filled in as they arrive
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(requests), desc="generate", unit="req", disable=not use_tqdm)
-        start, done, nxt = self.scheduler.step_count, 0, 0
-        with bar:
-            while nxt < len(order) or self.scheduler.has_unfinished():
-                while nxt < len(order) and arrivals[order[nxt]] <= self.scheduler.step_count - start:
-                    i = order[nxt]
-                    requests[i] = self._add_request(*prepared[i])  # its arrival has come
-                    nxt += 1
-                self.step()  # (an idle step when nobody has arrived yet)
-                now = sum(self._request_finished(r) for r in requests if r is not None)
-                if now != done:
-                    bar.update(now - done)
-                    done = now
+        try:
+            with bar:
+                self._run(prepared, arrivals, requests, bar)
+        except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
+            self._abort_interrupted(requests, err)
+            raise
         return [self._output(r) for r in requests]
+
+    def _run(self, prepared, arrivals: list[int], requests: list, bar) -> None:
+        """Step until every request of ``prepared`` has arrived (``arrivals``) and finished; ``requests[i]``
+        is set when prompt i joins the scheduler. ``bar`` counts finished requests."""
+        order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
+        start, nxt = self.scheduler.step_count, 0
+        while nxt < len(order) or self.scheduler.has_unfinished():
+            while nxt < len(order) and arrivals[order[nxt]] <= self.scheduler.step_count - start:
+                i = order[nxt]
+                requests[i] = self._add_request(*prepared[i])  # its arrival has come
+                nxt += 1
+            self.step()  # (an idle step when nobody has arrived yet)
+            bar.update(sum(self._request_finished(r) for r in requests if r is not None) - bar.n)
+
+    # ------------------------------------------------------------------------------------ interrupted
+    def _abort_interrupted(self, requests: list, err: BaseException) -> None:
+        """After an exception escaped a generate() call: abort (finish with "abort", freeing the blocks)
+        every unfinished sequence of the call, forget their requests, drop the prefix cache when it may
+        hold blocks whose KV was never written, and warn about what was lost."""
+        seqs = {id(s): s for r in requests if r is not None for s in r.seqs}
+        # (a sequence queued by the call but not yet in ``requests``: interrupted inside _add_request)
+        sched = self.scheduler
+        seqs.update((id(s), s) for q in (sched.waiting, sched.running, sched.swapped) for s in q)
+        unfinished = [s for s in seqs.values() if not s.is_finished]
+        # Full prompt blocks enter the prefix cache when schedule() allocates them, before their KV is
+        # written: by this step's forward (interrupted between schedule() and update()), or by a later
+        # chunk of a chunked prefill. Dropping cache entries never makes tokens wrong, only slower, so
+        # reset the whole cache rather than pick out the unwritten blocks (forget_uncomputed_cache is not
+        # called on purpose: the simple, safe choice).
+        stale_cache = self._step_open or any(
+            s.status is SequenceStatus.RUNNING and s.num_computed_tokens < s.prefill_end for s in unfinished)
+        for seq in unfinished:
+            self._abort_seq(seq)
+        ids = {s.seq_id for s in unfinished}
+        reqs = {id(r): r for r in requests if r is not None}
+        reqs.update((id(r), r) for r in map(self._requests.get, ids) if r is not None)
+        aborted = [r for r in reqs.values() if r.pending_forks or any(s.seq_id in ids for s in r.seqs)]
+        for req in aborted:
+            self._forget(req)
+        reset = stale_cache and self.enable_prefix_caching
+        if reset:
+            self.scheduler.block_manager.reset_prefix_cache()
+        self._step_open = False
+        if aborted:
+            warnings.warn(
+                f"generate() was interrupted by {type(err).__name__} at step {sched.step_count - 1}: "
+                f"its {len(aborted)} unfinished request(s) were aborted (blocks freed, outputs dropped; they "
+                f"are not resumed){' and the prefix cache was reset' if reset else ''}. The engine is "
+                f"ready: call generate() again to run them.", RuntimeWarning, stacklevel=3)
+
+    def _abort_seq(self, seq: Sequence) -> None:
+        """Finish ``seq`` with reason "abort" and free its blocks."""
+        try:
+            self.scheduler.finish(seq, "abort")
+        except KeyError:  # interrupted while being forked: the scheduler never took it, it may hold blocks
+            if seq.seq_id in self.block_manager:
+                self.block_manager.free(seq.seq_id)
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "abort"
+            seq.finish_step = max(self.scheduler.step_count - 1, 0)
+
+    def _forget(self, req: _Request) -> None:
+        """Drop an aborted request from the engine's books (latency() counts completed requests only)."""
+        req.pending_forks = 0
+        for seq in req.seqs:
+            self._requests.pop(seq.seq_id, None)
+            self._generators.pop(seq.seq_id, None)
 
     def _add_request(self, text, ids, sp: SamplingParams) -> _Request:
         rid = str(self._next_request)
@@ -257,14 +323,23 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ one step
     def step(self) -> list[Sequence]:
-        """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished."""
-        t0 = time.perf_counter()
-        out = self.scheduler.schedule()  # out.step == len(self._step_times)
-        self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
-        batch = self.prepare_batch(out) if out.scheduled else None
-        logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
-        finished = self.postprocess(out, batch, logits)
-        self._record(out, 0 if batch is None else batch.num_tokens, t0)
+        """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished.
+
+        Interrupted (an exception or Ctrl-C), the step still gets its time and timeline row (marked
+        ``"interrupted"``), since schedule() has counted it; the caller (generate) aborts its requests."""
+        t0, out = time.perf_counter(), None
+        try:
+            self._step_open = True  # until update(): the prefix cache may hold blocks with no KV yet
+            out = self.scheduler.schedule()  # out.step == len(self._step_times)
+            self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
+            batch = self.prepare_batch(out) if out.scheduled else None
+            logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+            finished = self.postprocess(out, batch, logits)
+            self._step_open = False
+            self._record(out, 0 if batch is None else batch.num_tokens, t0)
+        except BaseException:
+            self._record(out, 0, t0, interrupted=True)
+            raise
         return finished
 
     def prepare_batch(self, out) -> Batch:
@@ -459,23 +534,31 @@ class LLM:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _record(self, out, num_tokens: int, t0: float) -> None:
+    def _record(self, out, num_tokens: int, t0: float, interrupted: bool = False) -> None:
+        """Close the step: its (start, end) time and its timeline row. Only what is missing is added, so
+        that every step schedule() counted has both, even one interrupted in here (``out`` None: inside
+        schedule()). ``_metrics`` finds step i's time at ``_step_times[i]``."""
         t1 = time.perf_counter()
-        self._step_times.append((t0, t1))
+        if len(self._step_times) < self.scheduler.step_count:
+            self._step_times.append((t0, t1))
+        if len(self.timeline) >= self.scheduler.step_count:
+            return
         usage = self.block_manager.usage
         self._peak_usage = max(self._peak_usage, usage)
+        scheduled, preempted = (out.scheduled, out.preempted) if out is not None else ([], [])
         self.timeline.append({
             "step": self.scheduler.step_count,
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
-            "num_prefill": sum(1 for s in out.scheduled if s.is_prefill),
-            "num_decode": sum(1 for s in out.scheduled if not s.is_prefill),
+            "num_prefill": sum(1 for s in scheduled if s.is_prefill),
+            "num_decode": sum(1 for s in scheduled if not s.is_prefill),
             "num_batched_tokens": num_tokens,
-            "num_context_tokens": sum(e.end for e in out.scheduled),  # K/V read by attention this step
-            "num_preempted": len(out.preempted),
+            "num_context_tokens": sum(e.end for e in scheduled),  # K/V read by attention this step
+            "num_preempted": len(preempted),
             "kv_usage": usage,
             "num_free_blocks": self.block_manager.num_free_blocks,
             "seconds": t1 - t0,
+            "interrupted": interrupted,  # an exception or Ctrl-C stopped it: its tokens were dropped
         })
 
     # ------------------------------------------------------------------------------------ outputs
