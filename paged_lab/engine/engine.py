@@ -22,6 +22,7 @@ import numbers
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from collections.abc import Sequence as _Seq
 from dataclasses import dataclass
 from typing import Any
@@ -179,7 +180,7 @@ class LLM:
         if len(ids) > pool_slots:
             raise ValueError(f"{where}: prompt has {len(ids)} tokens but the whole KV pool holds "
                              f"{pool_slots} ({self.num_blocks} blocks x {self.block_size})")
-        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        max_tokens = self._max_tokens(ids, sp)
         need = self.block_manager.blocks_for(len(ids) + max_tokens - 1)
         if need > self.num_blocks:
             raise ValueError(
@@ -204,11 +205,13 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ generate
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = True, arrival_steps=None) -> list[RequestOutput]:
+                 use_tqdm: bool | Callable[..., Any] = True, arrival_steps=None) -> list[RequestOutput]:
         """Run every prompt to completion; one RequestOutput per prompt, in order.
 
         prompts: a string, ``{"prompt_token_ids": [...]}``, or a list of them.
         sampling_params: one SamplingParams for all prompts, or a list with one per prompt.
+        use_tqdm: show a progress bar counting output tokens (a request that stops early counts as done
+            at once), or, as in vLLM, a callable that makes it (``functools.partial(tqdm, leave=False)``).
         arrival_steps: None (every request arrives now) or one integer >= 0 per prompt: prompt i joins
             the scheduler when ``arrival_steps[i]`` engine steps of this call have run (0: at once), as
             requests reach a server over time (``workloads.poisson_arrivals`` makes seeded ones). Each
@@ -228,11 +231,9 @@ class LLM:
         prepared = self._prepare(prompts, sampling_params)
         arrivals = _check_arrival_steps(arrival_steps, len(prepared))
         requests: list[_Request | None] = [None] * len(prepared)  # filled in as they arrive
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(requests), desc="generate", unit="req", disable=not use_tqdm)
+        total = sum(sp.n * self._max_tokens(ids, sp) for _, ids, sp in prepared)
         try:
-            with bar:
+            with _progress_bar(use_tqdm, total) as bar:
                 self._run(prepared, arrivals, requests, bar)
         except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
             self._abort_interrupted(requests, err)
@@ -241,7 +242,7 @@ class LLM:
 
     def _run(self, prepared, arrivals: list[int], requests: list, bar) -> None:
         """Step until every request of ``prepared`` has arrived (``arrivals``) and finished; ``requests[i]``
-        is set when prompt i joins the scheduler. ``bar`` counts finished requests."""
+        is set when prompt i joins the scheduler. ``bar`` counts output tokens."""
         order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
         start, nxt = self.scheduler.step_count, 0
         while nxt < len(order) or self.scheduler.has_unfinished():
@@ -250,7 +251,21 @@ class LLM:
                 requests[i] = self._add_request(*prepared[i])  # its arrival has come
                 nxt += 1
             self.step()  # (an idle step when nobody has arrived yet)
-            bar.update(sum(self._request_finished(r) for r in requests if r is not None) - bar.n)
+            live = [r for r in requests if r is not None]
+            bar.update(sum(map(self._tokens_done, live)) - bar.n)
+            finished = sum(map(self._request_finished, live))
+            bar.set_postfix_str(f"{finished}/{len(requests)} requests", refresh=False)  # (drawn by update)
+
+    def _tokens_done(self, req: _Request) -> int:
+        """Progress of ``req`` in output tokens: what its completions produced so far, or all it could
+        produce (n x max_tokens) once it finished, so that early stops do not leave the bar short."""
+        if self._request_finished(req):
+            return req.params.n * self._max_tokens(req.prompt_token_ids, req.params)
+        return sum(s.num_output_tokens for s in req.seqs)
+
+    def _max_tokens(self, ids: list[int], sp: SamplingParams) -> int:
+        """Output tokens one completion can produce: max_tokens, cut where the model context ends."""
+        return min(sp.max_tokens, self.max_model_len - len(ids))
 
     # ------------------------------------------------------------------------------------ interrupted
     def _abort_interrupted(self, requests: list, err: BaseException) -> None:
@@ -309,7 +324,7 @@ class LLM:
         rid = str(self._next_request)
         self._next_request += 1
         req = _Request(rid, text, ids, sp)
-        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        max_tokens = self._max_tokens(ids, sp)
         seq = Sequence(rid, ids, max_tokens=max_tokens, eos_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,
                        ignore_eos=sp.ignore_eos, arrival_step=self.scheduler.step_count)
         req.seqs.append(seq)
@@ -662,6 +677,15 @@ def _check_engine_args(attention_backend, preemption, block_size, compile_sizes,
     if compile_sizes is not None and (
             not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
         raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
+
+
+def _progress_bar(use_tqdm, total: int):
+    """generate()'s progress bar over ``total`` output tokens: tqdm, made by the callable ``use_tqdm``
+    when it is one, and disabled (it prints nothing) when ``use_tqdm`` is False."""
+    from tqdm.auto import tqdm
+
+    make = use_tqdm if callable(use_tqdm) else tqdm
+    return make(total=total, desc="generate", unit="tok", disable=not use_tqdm)
 
 
 def _check_arrival_steps(arrival_steps, n: int) -> list[int]:
