@@ -112,6 +112,10 @@ class LLM:
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
+        _check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
+                     compile_progress=compile_progress, cpu_prepack=cpu_prepack)
+        if max_model_len is not None:  # (a prompt needs 1 token and must leave room for 1 more)
+            max_model_len = check_int("max_model_len", max_model_len, minimum=2)
         self.parallel_sampling = parallel_sampling
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
@@ -120,10 +124,11 @@ class LLM:
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         _check_compilable(enforce_eager, self.device, self.dtype)
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
-        self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
+        self.max_model_len = _check_model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
         self.num_blocks = resolve_num_blocks(self.spec, block_size, self.dtype, num_kv_blocks, kv_cache_memory)
-        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device)
+        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device,
+                          size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory")
         self.block_manager = BlockManager(self.num_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
@@ -686,6 +691,26 @@ def _progress_bar(use_tqdm, total: int):
 
     make = use_tqdm if callable(use_tqdm) else tqdm
     return make(total=total, desc="generate", unit="tok", disable=not use_tqdm)
+
+
+def _check_flags(cpu_prepack, **flags) -> None:
+    """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
+    turn caching on); ``cpu_prepack`` may also be None (auto)."""
+    flags["cpu_prepack"] = False if cpu_prepack is None else cpu_prepack
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            allowed = "True, False or None" if name == "cpu_prepack" else "True or False"
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _check_model_len(max_model_len: int | None, model_limit: int) -> int:
+    """The context length: ``max_model_len`` (already an integer >= 2), at most the model's own limit."""
+    if max_model_len is None:
+        return model_limit
+    if max_model_len > model_limit:
+        raise ValueError(f"max_model_len={max_model_len} is more than the model's context "
+                         f"(max_position_embeddings={model_limit}); pass at most {model_limit}")
+    return max_model_len
 
 
 def _check_arrival_steps(arrival_steps, n: int) -> list[int]:
