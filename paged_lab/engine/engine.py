@@ -87,10 +87,12 @@ class LLM:
     parallel_sampling: how ``SamplingParams(n > 1)`` shares the prompt. "fork" (the paper, vLLM V0): once
         the prompt is prefilled, n - 1 children fork the parent's block table (refcounts) and draw their
         first token from its logits; the first write into a shared, partly filled block is a
-        copy-on-write. "prefix" (vLLM V1): n - 1 independent requests with the same prompt, which find its
-        full blocks in the prefix cache (``enable_prefix_caching``) and compute the rest themselves; no
-        copy-on-write. They are added once the parent's prompt is computed, so every cached block they
-        find holds KV. Both give the same tokens (completion i samples with seed + i).
+        copy-on-write (a child that finds no free window of ``max_num_seqs`` waits in the queue and is
+        prefilled anew once admitted). "prefix" (vLLM V1): n - 1 independent requests with the same
+        prompt, which find its full blocks in the prefix cache (``enable_prefix_caching``) and compute
+        the rest themselves; no copy-on-write. They are added once the parent's prompt is computed, so
+        every cached block they find holds KV. Both give the same tokens (completion i samples with
+        seed + i).
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
@@ -509,8 +511,13 @@ class LLM:
         return "length" if child.max_tokens == 1 else None
 
     def _place_child(self, parent: Sequence, child: Sequence, token: int, stop: str | None) -> bool:
-        """Give a new child to the scheduler (or finish it); True when it finished at once."""
-        if parent.status is SequenceStatus.RUNNING:  # share the parent's blocks
+        """Give a new child to the scheduler (or finish it); True when it finished at once.
+
+        It shares the running parent's blocks when a window is free (``max_num_seqs``); otherwise it
+        waits in the queue with its first token, and is prefilled anew once admitted, like a preempted
+        sequence (with prefix caching, its full prompt blocks are cache hits)."""
+        sched = self.scheduler
+        if parent.status is SequenceStatus.RUNNING and len(sched.running) < sched.max_num_seqs:
             self.scheduler.fork(parent, child, last_token_id=token)
             if stop:
                 self.scheduler.finish(child, stop)
@@ -521,7 +528,7 @@ class LLM:
         if stop:  # the parent already finished (and freed its blocks): the child needs none
             child.status, child.finish_reason, child.finish_step = SequenceStatus.FINISHED, stop, parent.first_token_step
             return True
-        self.scheduler.add_request(child)  # the parent stopped at its first token: prefill the child anew
+        self.scheduler.add_request(child)  # the parent stopped, or no window is free: prefill the child anew
         return False
 
     def _engine_stops(self, seqs: list[Sequence]) -> list[Sequence]:
