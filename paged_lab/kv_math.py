@@ -42,8 +42,9 @@ def dtype_bytes(dtype: Any) -> int:
     return DTYPE_BYTES[canonical_dtype(dtype)]
 
 
-def _positive(name: str, value: float) -> None:
-    """A size or count: a positive, finite number (``inf`` bytes of memory is a typo, not a plan)."""
+def check_positive(name: str, value: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a size or count: a positive, finite number
+    (``inf`` bytes of memory is a typo, not a plan)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     if not math.isfinite(value):
@@ -68,7 +69,7 @@ class ModelSpec:
 
     def __post_init__(self):
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "vocab_size"):
-            _positive(field, getattr(self, field))
+            check_positive(field, getattr(self, field))
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
@@ -200,7 +201,7 @@ def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16") -> int:
 
 def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: Any = "bfloat16") -> int:
     """Whole KV blocks that fit in ``memory_bytes``: floor(memory / (block_size x bytes/token)), as vLLM."""
-    _positive("memory_bytes", memory_bytes)
+    check_positive("memory_bytes", memory_bytes)
     check_int("block_size", block_size, minimum=1)
     return int(memory_bytes // (block_size * spec.kv_bytes_per_token(dtype)))
 
@@ -251,8 +252,8 @@ def plan_capacity(
     ``gpu_memory_utilization`` is the fraction of memory the server may use (vLLM defaults to 0.9).
     Activations are ignored: this is the KV-cache upper bound.
     """
-    _positive("gpu_memory_bytes", gpu_memory_bytes)
-    _positive("seq_len", seq_len)
+    check_positive("gpu_memory_bytes", gpu_memory_bytes)
+    check_positive("seq_len", seq_len)
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     usable = int(gpu_memory_bytes * gpu_memory_utilization)

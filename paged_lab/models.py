@@ -99,12 +99,42 @@ def _smollm2_dir(bar) -> Path:
     return target
 
 
+def _check_name(name_or_path) -> None:
+    """A model name must be a non-empty string: ``""`` would be read as the current directory."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"name_or_path must be a model name ({DEFAULT_MODEL!r}), a hub id ('org/name') or a "
+                         f"local directory, got {name_or_path!r}")
+
+
+def _looks_like_path(name: str) -> bool:
+    """A hub id is exactly 'org/name'; './x', '/x', '~/x', 'a/b/c' or a Windows path mean a local folder."""
+    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+            or Path(name).is_absolute())
+
+
+def _local_model_dir(name_or_path: str) -> str:
+    """The local directory ``name_or_path`` names, once it is known to exist; it must hold config.json."""
+    path = Path(name_or_path).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelNotAvailableError(
+            f"name_or_path={name_or_path!r} is a directory without config.json: a local model directory "
+            "holds config.json, the tokenizer files and the weights (what save_pretrained writes)")
+    return str(path)
+
+
 def resolve_model_dir(name_or_path: str, bar) -> str:
     """Local directory or hub id for transformers, or a clear error when neither can work."""
     if name_or_path.lower() in (DEFAULT_MODEL, "smollm2", "smollm2-135m-instruct"):
         return str(_smollm2_dir(bar))
-    if Path(name_or_path).expanduser().is_dir():
-        return str(Path(name_or_path).expanduser())
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return _local_model_dir(name_or_path)
+    if path.exists():
+        raise ModelNotAvailableError(f"name_or_path={name_or_path!r} is a file; pass the directory that "
+                                     "holds its config.json, tokenizer files and weights")
+    if _looks_like_path(name_or_path):  # (not a hub id: no point asking the hub)
+        raise ModelNotAvailableError(f"name_or_path={name_or_path!r}: no such local directory "
+                                     f"({path.absolute()})")
     if "/" not in name_or_path:
         raise ModelNotAvailableError(
             f"name_or_path={name_or_path!r} is neither a local directory nor a hub id like 'org/name'; "
@@ -139,6 +169,7 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    _check_name(name_or_path)
     torch_dtype = _torch_dtype(dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if name_or_path.lower().startswith(RANDOM_PREFIX):

@@ -91,3 +91,25 @@ def test_measuring_the_cache_logs_no_deprecation_warning(smollm2):
         assert any("deprecated" in r.getMessage() for r in records) or not hasattr(old_name, "cache")
     finally:
         hf_logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("name", ["", "   ", None])
+def test_an_empty_name_is_not_the_current_directory(name):
+    with pytest.raises(ValueError, match="name_or_path must be a model name"):
+        load_model(name, progress=False)
+
+
+@pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model", "models/no/such"])
+def test_a_missing_local_path_is_named_not_blamed_on_the_hub(name, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotAvailableError, match="no such local directory") as e:
+        load_model(name, progress=False)
+    assert "hub" not in str(e.value)
+
+
+def test_a_directory_without_config_json_says_so(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ModelNotAvailableError, match="directory without config.json"):
+        load_model(str(tmp_path), progress=False)
+    with pytest.raises(ModelNotAvailableError, match="is a file"):
+        load_model(str(tmp_path / "weights.bin"), progress=False)

@@ -39,3 +39,22 @@ def test_fork_and_prefix_sharing_give_the_same_tokens(tiny, sp):
 def test_parallel_sampling_mode_is_checked(tiny):
     with pytest.raises(ValueError, match=r"parallel_sampling must be one of \('fork', 'prefix'\), got 'copy'"):
         LLM(tiny, tokenizer=_Tok(), block_size=4, num_kv_blocks=8, parallel_sampling="copy")
+
+
+@pytest.mark.parametrize("mode", ["fork", "prefix"])
+def test_forked_children_never_run_past_max_num_seqs(tiny, mode):
+    """Two prompts x n=3 with 2 windows: a child that finds no free window waits in the queue (and is
+    prefilled when one frees) instead of running as a 3rd..6th sequence. Same tokens as with room for all."""
+    prompts = [PROMPT, {"prompt_token_ids": [7, 8, 9, 10, 11]}]
+    sp = SamplingParams(n=3, temperature=1.0, seed=11, max_tokens=5, ignore_eos=True)
+
+    def run(max_num_seqs):
+        llm = LLM(tiny, tokenizer=_Tok(), block_size=4, num_kv_blocks=64, attention_backend="torch",
+                  parallel_sampling=mode, max_num_seqs=max_num_seqs)
+        outs = llm.generate(prompts, sp, use_tqdm=False)
+        return [[c.token_ids for c in o.outputs] for o in outs], max(t["num_running"] for t in llm.timeline)
+
+    roomy, roomy_peak = run(8)
+    tight, tight_peak = run(2)
+    assert roomy_peak == 6 and tight_peak == 2
+    assert tight == roomy

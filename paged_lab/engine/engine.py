@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from collections.abc import Sequence as _Seq
 from dataclasses import dataclass
 from typing import Any
@@ -85,10 +87,12 @@ class LLM:
     parallel_sampling: how ``SamplingParams(n > 1)`` shares the prompt. "fork" (the paper, vLLM V0): once
         the prompt is prefilled, n - 1 children fork the parent's block table (refcounts) and draw their
         first token from its logits; the first write into a shared, partly filled block is a
-        copy-on-write. "prefix" (vLLM V1): n - 1 independent requests with the same prompt, which find its
-        full blocks in the prefix cache (``enable_prefix_caching``) and compute the rest themselves; no
-        copy-on-write. They are added once the parent's prompt is computed, so every cached block they
-        find holds KV. Both give the same tokens (completion i samples with seed + i).
+        copy-on-write (a child that finds no free window of ``max_num_seqs`` waits in the queue and is
+        prefilled anew once admitted). "prefix" (vLLM V1): n - 1 independent requests with the same
+        prompt, which find its full blocks in the prefix cache (``enable_prefix_caching``) and compute
+        the rest themselves; no copy-on-write. They are added once the parent's prompt is computed, so
+        every cached block they find holds KV. Both give the same tokens (completion i samples with
+        seed + i).
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
@@ -110,6 +114,10 @@ class LLM:
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
+        _check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
+                     compile_progress=compile_progress, cpu_prepack=cpu_prepack)
+        if max_model_len is not None:  # (a prompt needs 1 token and must leave room for 1 more)
+            max_model_len = check_int("max_model_len", max_model_len, minimum=2)
         self.parallel_sampling = parallel_sampling
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
@@ -118,10 +126,11 @@ class LLM:
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         _check_compilable(enforce_eager, self.device, self.dtype)
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
-        self.max_model_len = min(max_model_len or self.runner.max_model_len, self.runner.max_model_len)
+        self.max_model_len = _check_model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
         self.num_blocks = resolve_num_blocks(self.spec, block_size, self.dtype, num_kv_blocks, kv_cache_memory)
-        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device)
+        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device,
+                          size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory")
         self.block_manager = BlockManager(self.num_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
@@ -140,6 +149,7 @@ class LLM:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.timeline: list[dict] = []  # one entry per step: batch composition and KV usage
         self._step_times: list[tuple[float, float]] = []  # step -> (start, end), time.perf_counter
+        self._step_open = False  # True from schedule() until the step's update() is done
         self._peak_usage = 0.0
 
     # ------------------------------------------------------------------------------------ validation
@@ -162,7 +172,10 @@ class LLM:
         text, ids = self._tokenize(where, prompt)
         if not isinstance(sp, SamplingParams):
             raise ValueError(f"sampling_params[{i}] must be a SamplingParams, got {type(sp).__name__}")
-        sp.validate()
+        try:  # again: a field may have been edited since the SamplingParams was made
+            sp.validate()
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
         if not ids:
             raise ValueError(f"{where}: prompt is empty (it must hold at least 1 token)")
         if len(ids) >= self.max_model_len:
@@ -174,7 +187,7 @@ class LLM:
         if len(ids) > pool_slots:
             raise ValueError(f"{where}: prompt has {len(ids)} tokens but the whole KV pool holds "
                              f"{pool_slots} ({self.num_blocks} blocks x {self.block_size})")
-        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        max_tokens = self._max_tokens(ids, sp)
         need = self.block_manager.blocks_for(len(ids) + max_tokens - 1)
         if need > self.num_blocks:
             raise ValueError(
@@ -199,11 +212,13 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ generate
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 use_tqdm: bool = True, arrival_steps=None) -> list[RequestOutput]:
+                 use_tqdm: bool | Callable[..., Any] = True, arrival_steps=None) -> list[RequestOutput]:
         """Run every prompt to completion; one RequestOutput per prompt, in order.
 
         prompts: a string, ``{"prompt_token_ids": [...]}``, or a list of them.
         sampling_params: one SamplingParams for all prompts, or a list with one per prompt.
+        use_tqdm: show a progress bar counting output tokens (a request that stops early counts as done
+            at once), or, as in vLLM, a callable that makes it (``functools.partial(tqdm, leave=False)``).
         arrival_steps: None (every request arrives now) or one integer >= 0 per prompt: prompt i joins
             the scheduler when ``arrival_steps[i]`` engine steps of this call have run (0: at once), as
             requests reach a server over time (``workloads.poisson_arrivals`` makes seeded ones). Each
@@ -211,35 +226,112 @@ class LLM:
 
         Every request is validated before any work starts: an empty prompt, a prompt as long as the
         model context or longer than the whole KV pool, a prompt + max_tokens that can never fit in the
-        pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0, top_p outside (0, 1],
-        n < 1) raises ValueError naming the prompt index and the field, and nothing runs.
+        pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0 or not finite, top_p outside
+        (0, 1], n < 1, a seed that is not an integer in [0, 2**64 - n], ...) raises ValueError naming the
+        prompt index and the field, and nothing runs.
+
+        Interrupted (Ctrl-C, or an exception inside a step): every unfinished request of this call is
+        aborted -- its blocks freed, its tokens dropped, nothing is resumed later -- a RuntimeWarning says
+        how many, and the exception is raised again. The engine is then as usable as before: run the
+        prompts again with a new call.
         """
         prepared = self._prepare(prompts, sampling_params)
         arrivals = _check_arrival_steps(arrival_steps, len(prepared))
-        order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
-        requests: list[_Request | None] = [None] * len(prepared)
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(requests), desc="generate", unit="req", disable=not use_tqdm)
-        start, done, nxt = self.scheduler.step_count, 0, 0
-        with bar:
-            while nxt < len(order) or self.scheduler.has_unfinished():
-                while nxt < len(order) and arrivals[order[nxt]] <= self.scheduler.step_count - start:
-                    i = order[nxt]
-                    requests[i] = self._add_request(*prepared[i])  # its arrival has come
-                    nxt += 1
-                self.step()  # (an idle step when nobody has arrived yet)
-                now = sum(self._request_finished(r) for r in requests if r is not None)
-                if now != done:
-                    bar.update(now - done)
-                    done = now
+        requests: list[_Request | None] = [None] * len(prepared)  # filled in as they arrive
+        total = sum(sp.n * self._max_tokens(ids, sp) for _, ids, sp in prepared)
+        try:
+            with _progress_bar(use_tqdm, total) as bar:
+                self._run(prepared, arrivals, requests, bar)
+        except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
+            self._abort_interrupted(requests, err)
+            raise
         return [self._output(r) for r in requests]
+
+    def _run(self, prepared, arrivals: list[int], requests: list, bar) -> None:
+        """Step until every request of ``prepared`` has arrived (``arrivals``) and finished; ``requests[i]``
+        is set when prompt i joins the scheduler. ``bar`` counts output tokens."""
+        order = sorted(range(len(prepared)), key=arrivals.__getitem__)  # the queue of future arrivals
+        start, nxt = self.scheduler.step_count, 0
+        while nxt < len(order) or self.scheduler.has_unfinished():
+            while nxt < len(order) and arrivals[order[nxt]] <= self.scheduler.step_count - start:
+                i = order[nxt]
+                requests[i] = self._add_request(*prepared[i])  # its arrival has come
+                nxt += 1
+            self.step()  # (an idle step when nobody has arrived yet)
+            live = [r for r in requests if r is not None]
+            bar.update(sum(map(self._tokens_done, live)) - bar.n)
+            finished = sum(map(self._request_finished, live))
+            bar.set_postfix_str(f"{finished}/{len(requests)} requests", refresh=False)  # (drawn by update)
+
+    def _tokens_done(self, req: _Request) -> int:
+        """Progress of ``req`` in output tokens: what its completions produced so far, or all it could
+        produce (n x max_tokens) once it finished, so that early stops do not leave the bar short."""
+        if self._request_finished(req):
+            return req.params.n * self._max_tokens(req.prompt_token_ids, req.params)
+        return sum(s.num_output_tokens for s in req.seqs)
+
+    def _max_tokens(self, ids: list[int], sp: SamplingParams) -> int:
+        """Output tokens one completion can produce: max_tokens, cut where the model context ends."""
+        return min(sp.max_tokens, self.max_model_len - len(ids))
+
+    # ------------------------------------------------------------------------------------ interrupted
+    def _abort_interrupted(self, requests: list, err: BaseException) -> None:
+        """After an exception escaped a generate() call: abort (finish with "abort", freeing the blocks)
+        every unfinished sequence of the call, forget their requests, drop the prefix cache when it may
+        hold blocks whose KV was never written, and warn about what was lost."""
+        seqs = {id(s): s for r in requests if r is not None for s in r.seqs}
+        # (a sequence queued by the call but not yet in ``requests``: interrupted inside _add_request)
+        sched = self.scheduler
+        seqs.update((id(s), s) for q in (sched.waiting, sched.running, sched.swapped) for s in q)
+        unfinished = [s for s in seqs.values() if not s.is_finished]
+        # Full prompt blocks enter the prefix cache when schedule() allocates them, before their KV is
+        # written: by this step's forward (interrupted between schedule() and update()), or by a later
+        # chunk of a chunked prefill. Dropping cache entries never makes tokens wrong, only slower, so
+        # reset the whole cache rather than pick out the unwritten blocks (forget_uncomputed_cache is not
+        # called on purpose: the simple, safe choice).
+        stale_cache = self._step_open or any(
+            s.status is SequenceStatus.RUNNING and s.num_computed_tokens < s.prefill_end for s in unfinished)
+        for seq in unfinished:
+            self._abort_seq(seq)
+        ids = {s.seq_id for s in unfinished}
+        reqs = {id(r): r for r in requests if r is not None}
+        reqs.update((id(r), r) for r in map(self._requests.get, ids) if r is not None)
+        aborted = [r for r in reqs.values() if r.pending_forks or any(s.seq_id in ids for s in r.seqs)]
+        for req in aborted:
+            self._forget(req)
+        reset = stale_cache and self.enable_prefix_caching
+        if reset:
+            self.scheduler.block_manager.reset_prefix_cache()
+        self._step_open = False
+        if aborted:
+            warnings.warn(
+                f"generate() was interrupted by {type(err).__name__} at step {sched.step_count - 1}: "
+                f"its {len(aborted)} unfinished request(s) were aborted (blocks freed, outputs dropped; they "
+                f"are not resumed){' and the prefix cache was reset' if reset else ''}. The engine is "
+                f"ready: call generate() again to run them.", RuntimeWarning, stacklevel=3)
+
+    def _abort_seq(self, seq: Sequence) -> None:
+        """Finish ``seq`` with reason "abort" and free its blocks."""
+        try:
+            self.scheduler.finish(seq, "abort")
+        except KeyError:  # interrupted while being forked: the scheduler never took it, it may hold blocks
+            if seq.seq_id in self.block_manager:
+                self.block_manager.free(seq.seq_id)
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "abort"
+            seq.finish_step = max(self.scheduler.step_count - 1, 0)
+
+    def _forget(self, req: _Request) -> None:
+        """Drop an aborted request from the engine's books (latency() counts completed requests only)."""
+        req.pending_forks = 0
+        for seq in req.seqs:
+            self._requests.pop(seq.seq_id, None)
+            self._generators.pop(seq.seq_id, None)
 
     def _add_request(self, text, ids, sp: SamplingParams) -> _Request:
         rid = str(self._next_request)
         self._next_request += 1
         req = _Request(rid, text, ids, sp)
-        max_tokens = min(sp.max_tokens, self.max_model_len - len(ids))
+        max_tokens = self._max_tokens(ids, sp)
         seq = Sequence(rid, ids, max_tokens=max_tokens, eos_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,
                        ignore_eos=sp.ignore_eos, arrival_step=self.scheduler.step_count)
         req.seqs.append(seq)
@@ -253,14 +345,23 @@ class LLM:
 
     # ------------------------------------------------------------------------------------ one step
     def step(self) -> list[Sequence]:
-        """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished."""
-        t0 = time.perf_counter()
-        out = self.scheduler.schedule()  # out.step == len(self._step_times)
-        self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
-        batch = self.prepare_batch(out) if out.scheduled else None
-        logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
-        finished = self.postprocess(out, batch, logits)
-        self._record(out, 0 if batch is None else batch.num_tokens, t0)
+        """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished.
+
+        Interrupted (an exception or Ctrl-C), the step still gets its time and timeline row (marked
+        ``"interrupted"``), since schedule() has counted it; the caller (generate) aborts its requests."""
+        t0, out = time.perf_counter(), None
+        try:
+            self._step_open = True  # until update(): the prefix cache may hold blocks with no KV yet
+            out = self.scheduler.schedule()  # out.step == len(self._step_times)
+            self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
+            batch = self.prepare_batch(out) if out.scheduled else None
+            logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+            finished = self.postprocess(out, batch, logits)
+            self._step_open = False
+            self._record(out, 0 if batch is None else batch.num_tokens, t0)
+        except BaseException:
+            self._record(out, 0, t0, interrupted=True)
+            raise
         return finished
 
     def prepare_batch(self, out) -> Batch:
@@ -410,8 +511,13 @@ class LLM:
         return "length" if child.max_tokens == 1 else None
 
     def _place_child(self, parent: Sequence, child: Sequence, token: int, stop: str | None) -> bool:
-        """Give a new child to the scheduler (or finish it); True when it finished at once."""
-        if parent.status is SequenceStatus.RUNNING:  # share the parent's blocks
+        """Give a new child to the scheduler (or finish it); True when it finished at once.
+
+        It shares the running parent's blocks when a window is free (``max_num_seqs``); otherwise it
+        waits in the queue with its first token, and is prefilled anew once admitted, like a preempted
+        sequence (with prefix caching, its full prompt blocks are cache hits)."""
+        sched = self.scheduler
+        if parent.status is SequenceStatus.RUNNING and len(sched.running) < sched.max_num_seqs:
             self.scheduler.fork(parent, child, last_token_id=token)
             if stop:
                 self.scheduler.finish(child, stop)
@@ -422,7 +528,7 @@ class LLM:
         if stop:  # the parent already finished (and freed its blocks): the child needs none
             child.status, child.finish_reason, child.finish_step = SequenceStatus.FINISHED, stop, parent.first_token_step
             return True
-        self.scheduler.add_request(child)  # the parent stopped at its first token: prefill the child anew
+        self.scheduler.add_request(child)  # the parent stopped, or no window is free: prefill the child anew
         return False
 
     def _engine_stops(self, seqs: list[Sequence]) -> list[Sequence]:
@@ -455,23 +561,31 @@ class LLM:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _record(self, out, num_tokens: int, t0: float) -> None:
+    def _record(self, out, num_tokens: int, t0: float, interrupted: bool = False) -> None:
+        """Close the step: its (start, end) time and its timeline row. Only what is missing is added, so
+        that every step schedule() counted has both, even one interrupted in here (``out`` None: inside
+        schedule()). ``_metrics`` finds step i's time at ``_step_times[i]``."""
         t1 = time.perf_counter()
-        self._step_times.append((t0, t1))
+        if len(self._step_times) < self.scheduler.step_count:
+            self._step_times.append((t0, t1))
+        if len(self.timeline) >= self.scheduler.step_count:
+            return
         usage = self.block_manager.usage
         self._peak_usage = max(self._peak_usage, usage)
+        scheduled, preempted = (out.scheduled, out.preempted) if out is not None else ([], [])
         self.timeline.append({
             "step": self.scheduler.step_count,
             "num_running": len(self.scheduler.running),
             "num_waiting": len(self.scheduler.waiting),
-            "num_prefill": sum(1 for s in out.scheduled if s.is_prefill),
-            "num_decode": sum(1 for s in out.scheduled if not s.is_prefill),
+            "num_prefill": sum(1 for s in scheduled if s.is_prefill),
+            "num_decode": sum(1 for s in scheduled if not s.is_prefill),
             "num_batched_tokens": num_tokens,
-            "num_context_tokens": sum(e.end for e in out.scheduled),  # K/V read by attention this step
-            "num_preempted": len(out.preempted),
+            "num_context_tokens": sum(e.end for e in scheduled),  # K/V read by attention this step
+            "num_preempted": len(preempted),
             "kv_usage": usage,
             "num_free_blocks": self.block_manager.num_free_blocks,
             "seconds": t1 - t0,
+            "interrupted": interrupted,  # an exception or Ctrl-C stopped it: its tokens were dropped
         })
 
     # ------------------------------------------------------------------------------------ outputs
@@ -575,6 +689,35 @@ def _check_engine_args(attention_backend, preemption, block_size, compile_sizes,
     if compile_sizes is not None and (
             not compile_sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
         raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
+
+
+def _progress_bar(use_tqdm, total: int):
+    """generate()'s progress bar over ``total`` output tokens: tqdm, made by the callable ``use_tqdm``
+    when it is one, and disabled (it prints nothing) when ``use_tqdm`` is False."""
+    from tqdm.auto import tqdm
+
+    make = use_tqdm if callable(use_tqdm) else tqdm
+    return make(total=total, desc="generate", unit="tok", disable=not use_tqdm)
+
+
+def _check_flags(cpu_prepack, **flags) -> None:
+    """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
+    turn caching on); ``cpu_prepack`` may also be None (auto)."""
+    flags["cpu_prepack"] = False if cpu_prepack is None else cpu_prepack
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            allowed = "True, False or None" if name == "cpu_prepack" else "True or False"
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _check_model_len(max_model_len: int | None, model_limit: int) -> int:
+    """The context length: ``max_model_len`` (already an integer >= 2), at most the model's own limit."""
+    if max_model_len is None:
+        return model_limit
+    if max_model_len > model_limit:
+        raise ValueError(f"max_model_len={max_model_len} is more than the model's context "
+                         f"(max_position_embeddings={model_limit}); pass at most {model_limit}")
+    return max_model_len
 
 
 def _check_arrival_steps(arrival_steps, n: int) -> list[int]:

@@ -7,12 +7,13 @@ copy-on-write copy of block ``src`` into ``dst`` is one index op over every laye
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from paged_lab._checks import check_int
-from paged_lab.kv_math import ModelSpec, canonical_dtype, num_kv_blocks
+from paged_lab.kv_math import ModelSpec, canonical_dtype, check_positive, human_bytes, num_kv_blocks
 
 DEFAULT_KV_CACHE_MEMORY = 512 * 2**20  # bytes, when neither num_kv_blocks nor kv_cache_memory is given
 
@@ -26,6 +27,7 @@ def resolve_num_blocks(spec: ModelSpec, block_size: int, dtype: Any, num_blocks:
     if num_blocks is not None:
         return check_int("num_kv_blocks", num_blocks, minimum=1)
     memory = DEFAULT_KV_CACHE_MEMORY if kv_cache_memory is None else kv_cache_memory
+    check_positive("kv_cache_memory", memory)  # (num_kv_blocks would name its own argument, memory_bytes)
     n = num_kv_blocks(spec, memory, block_size, dtype)
     if n < 1:
         need = block_size * spec.kv_bytes_per_token(dtype)
@@ -38,13 +40,12 @@ class KVCache:
     """Per-layer paged K/V tensors; ``kv.layers[i]`` is ``(k_cache, v_cache)`` of layer i."""
 
     def __init__(self, spec: ModelSpec, num_blocks: int, block_size: int, dtype: Any = "float32",
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", size_arg: str = "num_blocks"):
+        """``size_arg`` names the argument that sized the pool, for the error when it cannot be allocated."""
         self.num_blocks, self.block_size = num_blocks, block_size
         self.dtype = getattr(torch, canonical_dtype(dtype))
         shape = (spec.num_layers, 2, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
-        # zeros, not empty: never-written slots must hold finite numbers, and on Linux a large zeroed
-        # allocation stays lazily mapped, so unused blocks cost no resident memory.
-        self.data = torch.zeros(shape, dtype=self.dtype, device=device)
+        self.data = _allocate(shape, self.dtype, device, size_arg)
         self.layers = [(self.data[i, 0], self.data[i, 1]) for i in range(spec.num_layers)]
         self.bytes = self.data.numel() * self.data.element_size()
 
@@ -55,3 +56,19 @@ class KVCache:
         src = torch.tensor([p[0] for p in pairs], device=self.data.device)
         dst = torch.tensor([p[1] for p in pairs], device=self.data.device)
         self.data[:, :, dst] = self.data[:, :, src]
+
+
+def _allocate(shape: tuple[int, ...], dtype: torch.dtype, device, size_arg: str) -> torch.Tensor:
+    """The zeroed pool, or a MemoryError that says how much was asked and which argument to lower
+    (instead of torch's allocator message). Zeros, not empty: never-written slots must hold finite
+    numbers, and on Linux a large zeroed allocation stays lazily mapped, so unused blocks cost no
+    resident memory."""
+    try:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    except RuntimeError as err:  # the CPU allocator's error; torch.OutOfMemoryError (CUDA) is one too
+        if not isinstance(err, torch.OutOfMemoryError) and "allocate" not in str(err):
+            raise
+        need = math.prod(shape) * dtype.itemsize
+        raise MemoryError(
+            f"the KV pool of {shape[2]} blocks x {shape[3]} tokens needs {need} bytes ({human_bytes(need)}) "
+            f"on {device}, more than can be allocated there; lower {size_arg}") from err

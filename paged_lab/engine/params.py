@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from numbers import Real
+
+from paged_lab._checks import check_int
+
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit seed
 
 
 @dataclass
@@ -14,7 +20,8 @@ class SamplingParams:
     top_k: keep the k most likely tokens (0 or -1 = off).
     max_tokens: output tokens at most (finish_reason "length").
     n: completions per prompt; they share the prompt's KV blocks (fork + copy-on-write).
-    seed: makes sampling reproducible per request (a torch.Generator per completion).
+    seed: makes sampling reproducible per request (a torch.Generator per completion; completion i uses
+        seed + i), an integer in [0, 2**64 - n].
     stop: strings that end a completion (finish_reason "stop"); the stop string is not returned.
     ignore_eos: keep generating past the end-of-sequence token.
     """
@@ -29,29 +36,47 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
-        self.stop = list(self.stop or [])
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError naming the field and its limit."""
-        if not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        """Raise ValueError naming the field and its limit; the engine calls it again for every request, so
+        fields edited after creation are checked too. Valid fields are normalised on the way: numpy
+        integers become ``int`` and a single stop string becomes a one-element list."""
+        self.n = check_int("n", self.n, minimum=1)
+        self.max_tokens = check_int("max_tokens", self.max_tokens, minimum=1)
+        _check_real("temperature", self.temperature)
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        _check_real("top_p", self.top_p)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            raise ValueError(f"top_k must be an integer >= 1, or 0 / -1 for off, got {self.top_k!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError(f"stop must hold non-empty strings, got {self.stop!r}")
+        self.top_k = check_int("top_k", self.top_k, minimum=-1)  # 0 or -1: off
+        if self.seed is not None:  # completion i draws with seed + i: all n of them must be valid torch seeds
+            self.seed = check_int("seed", self.seed, minimum=0, maximum=MAX_SEED - (self.n - 1))
+        self.stop = _stop_list(self.stop)
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _check_real(name: str, value) -> None:
+    """A finite real number: not a string ("0.5"), not a bool, not inf (the caller checks the limits)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def _stop_list(stop) -> list[str]:
+    """``stop`` as a list of non-empty strings: None -> [], "x" -> ["x"]; anything else raises."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, (list, tuple)) or any(not isinstance(s, str) or not s for s in stop):
+        raise ValueError(f"stop must be a string or a list of non-empty strings, got {stop!r}")
+    return list(stop)
 
 
 @dataclass
