@@ -821,7 +821,7 @@ def _exercises() -> dict[str, Exercise]:
                  (([4, 4], 0, 4), ([3, 4], 0, 4)), _st_preempt,
                  "go oldest first; a sequence whose last block is full needs one block. While none is free, "
                  "preempt the NEWEST running sequence (its blocks come back), possibly the one asking.",
-                 "paged_lab.sched.scheduler:Scheduler._reserve_decode_slot"),
+                 "paged_lab.sched.scheduler:Scheduler._reserve_slots"),
         Exercise("decode_attention", ("q", "k_cache", "v_cache", "block_table", "context_len", "scale"),
                  _expect_decode, _cases_06(), _st_decode,
                  "gather the first context_len rows through the table (k_cache[block_table[:n]]), repeat "

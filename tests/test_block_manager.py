@@ -21,20 +21,30 @@ def snapshot(bm):
             {s: bm.token_ids(s) for s in bm.seq_ids}, dict(bm.pool.cached))
 
 
-def pool_in_order(order, num_blocks=8, block_size=4):
+def pool_in_order(order, num_blocks=8, block_size=4, reuse="v1"):
     """A manager whose free queue hands out ``order`` first: one-block requests take every block,
-    then finish in that order."""
-    bm = BlockManager(num_blocks, block_size)
+    then finish in an order that puts ``order`` at the front. vLLM V1 puts each freed (uncached)
+    block at the front, so the last one to finish is handed out first; the paper's LRU rule hands
+    out the first one to finish first."""
+    bm = BlockManager(num_blocks, block_size, reuse=reuse)
     for i in range(num_blocks):
         bm.allocate(f"warm-{i}", [0])
     rest = [b for b in range(num_blocks) if b not in order]
-    for b in list(order) + rest:
+    finish = list(order) + rest
+    for b in (finish[::-1] if reuse == "v1" else finish):
         bm.free(f"warm-{b}")
     return bm
 
 
-def test_seed_walkthrough_7_1_3():
-    bm = pool_in_order([7, 1, 3])
+@pytest.mark.parametrize("reuse", ["v1", "lru"])
+def test_the_finish_order_that_hands_out_7_1_3(reuse):
+    bm = pool_in_order([7, 1, 3], reuse=reuse)
+    assert bm.pool.peek_free(3) == [7, 1, 3]
+
+
+@pytest.mark.parametrize("reuse", ["v1", "lru"])
+def test_seed_walkthrough_7_1_3(reuse):
+    bm = pool_in_order([7, 1, 3], reuse=reuse)
     assert bm.pool.peek_free(3) == [7, 1, 3]
     assert bm.allocate("req", list(range(1, 8))) == [7, 1]  # 7 tokens -> 2 blocks
     free_before = bm.num_free_blocks
@@ -43,7 +53,9 @@ def test_seed_walkthrough_7_1_3():
     assert bm.append_token("req", 9) is None  # token 9 needs a new block
     assert bm.block_table("req") == [7, 1, 3] and bm.num_free_blocks == free_before - 1
     bm.free("req")
-    assert bm.num_free_blocks == 8 and bm.pool.peek_free(8)[-3:] == [3, 1, 7]
+    # tail first: at the front under V1 (reused next), at the back under the paper's LRU rule
+    queue = bm.pool.peek_free(8)
+    assert bm.num_free_blocks == 8 and (queue[:3] if reuse == "v1" else queue[-3:]) == [3, 1, 7]
     bm.check_invariants()
 
 
@@ -143,11 +155,32 @@ def test_parallel_sampling_n_children_copy_once_each_but_the_last():
 
 
 def test_free_returns_blocks_last_block_first():
-    bm = BlockManager(4, 2)
+    bm = BlockManager(4, 2, reuse="lru")  # the paper's rule: every freed block joins the back
     table = bm.allocate("s", [1, 2, 3, 4, 5])
     bm.free("s")
     assert bm.pool.peek_free(4) == [3] + table[::-1]
     assert "s" not in bm and bm.seq_ids == []
+
+
+def test_v1_reuses_freed_uncached_blocks_first_tail_first():
+    """vLLM V1 (BlockPool.free_blocks): uncached freed blocks go to the front, in the order freed
+    (tail first), so the next request gets the blocks just written, while they are warm."""
+    bm = BlockManager(4, 2)
+    table = bm.allocate("s", [1, 2, 3, 4, 5])  # [0, 1, 2]
+    bm.free("s")
+    assert bm.pool.peek_free(4) == table[::-1] + [3]
+    assert bm.allocate("t", [7, 8, 9]) == [2, 1]
+
+
+def test_v1_puts_cached_blocks_at_the_back_and_uncached_ones_at_the_front():
+    bm = BlockManager(6, 2, enable_prefix_caching=True)
+    table = bm.allocate("s", [1, 2, 3, 4, 5])  # blocks 0, 1 full (cached), block 2 holds one token
+    bm.free("s")
+    # the partial block 2 (no hash) is reused first; the cached 1 and 0 wait at the back, tail first
+    assert bm.pool.peek_free(6) == [2, 3, 4, 5, 1, 0]
+    assert table == [0, 1, 2]
+    bm.check_invariants()
+    assert replay(bm.events, 6).free_queue == [2, 3, 4, 5, 1, 0]
 
 
 def test_free_keeps_blocks_another_table_still_holds():

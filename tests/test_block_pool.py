@@ -28,8 +28,8 @@ def test_fresh_pool_hands_out_ids_in_order():
     assert pool.num_free_blocks == 0 and pool.num_used_blocks == 4
 
 
-def test_free_queue_is_least_recently_freed_first():
-    pool = BlockPool(5, 4)
+def test_free_queue_is_least_recently_freed_first_under_the_papers_rule():
+    pool = BlockPool(5, 4, reuse="lru")
     for _ in range(5):
         pool.allocate()
     for b in (3, 0, 4):
@@ -38,8 +38,19 @@ def test_free_queue_is_least_recently_freed_first():
     assert [pool.allocate()[0] for _ in range(3)] == [3, 0, 4]
 
 
+def test_v1_hands_out_the_most_recently_freed_uncached_block_first():
+    pool = BlockPool(5, 4)  # reuse="v1": vLLM's BlockPool.free_blocks
+    for _ in range(5):
+        pool.allocate()
+    for b in (3, 0, 4):
+        assert pool.release(b) is True
+    assert [pool.allocate()[0] for _ in range(3)] == [4, 0, 3]
+    with pytest.raises(InvalidBlockConfig, match=r"reuse must be one of \('v1', 'lru'\), got 'fifo'"):
+        BlockPool(5, 4, reuse="fifo")
+
+
 def test_touch_and_release_keep_refcounts_and_queue_in_step():
-    pool = BlockPool(3, 4)
+    pool = BlockPool(3, 4, reuse="lru")
     b, _ = pool.allocate()
     pool.touch(b)
     assert pool.refcounts[b] == 2

@@ -49,17 +49,18 @@ def random_config(rng: random.Random) -> dict:
         max_num_seqs=rng.randrange(1, 6), budget=budget, requests=requests,
         preemption=rng.choice(["recompute", "recompute", "swap"]), num_cpu_blocks=rng.randrange(0, 12),
         scheduler=rng.choice([Scheduler, FastScheduler]), mode=rng.choice(["continuous", "continuous", "static"]),
-        eos=rng.choice([None, 0]),
+        eos=rng.choice([None, 0]), allocation=rng.choice(["v1", "whole_prompt"]), reuse=rng.choice(["v1", "lru"]),
     )
 
 
 def run(config: dict, block_manager_class=BlockManager, split_store: bool = False, caching: bool = True,
         max_steps: int = 3_000) -> dict:
     """Drive the Scheduler through ``config``, checking every step. Returns each request's output tokens."""
-    bm = block_manager_class(config["num_blocks"], config["block_size"], enable_prefix_caching=caching)
+    bm = block_manager_class(config["num_blocks"], config["block_size"], enable_prefix_caching=caching,
+                             reuse=config.get("reuse", "v1"))
     sched = config["scheduler"](bm, max_num_seqs=config["max_num_seqs"], mode=config["mode"],
                                 preemption=config["preemption"], max_num_batched_tokens=config["budget"],
-                                num_cpu_blocks=config["num_cpu_blocks"])
+                                num_cpu_blocks=config["num_cpu_blocks"], allocation=config.get("allocation", "v1"))
     checker = KVContentChecker(sched, split_store=split_store)
     pending = sorted(enumerate(config["requests"]), key=lambda ir: ir[1]["arrival"])
     seqs, salt, forks = {}, {}, {}
@@ -137,8 +138,8 @@ def test_twins_admitted_together_read_what_the_first_one_stores():
 class _CachesWholePromptAtAdmission(BlockManager):
     """The old rule: every full prompt block joined the prefix cache at admission, computed or not."""
 
-    def allocate(self, seq_id, token_ids, extra_key=None, num_tokens_to_cache=None):
-        return super().allocate(seq_id, token_ids, extra_key)
+    def allocate(self, seq_id, token_ids, extra_key=None, num_tokens_to_cache=None, max_new_tokens=None):
+        return super().allocate(seq_id, token_ids, extra_key, max_new_tokens=max_new_tokens)
 
 
 def test_a_request_preempted_mid_prefill_leaves_no_uncomputed_block_in_the_cache():
@@ -148,7 +149,10 @@ def test_a_request_preempted_mid_prefill_leaves_no_uncomputed_block_in_the_cache
                   num_cpu_blocks=0, scheduler=Scheduler, mode="continuous", eos=None,
                   requests=[dict(prompt=[5, 6], max_tokens=5, arrival=0, n=1),
                             dict(prompt=list(range(100, 112)), max_tokens=5, arrival=0, n=1)])
-    assert run(config) == run(config, caching=False)
+    for allocation in ("v1", "whole_prompt"):
+        config["allocation"] = allocation
+        assert run(config) == run(config, caching=False)
+    # The paper's whole-prompt allocation, with the old rule of caching every full block at admission:
     with pytest.raises(StaleKVRead):
         run(config, block_manager_class=_CachesWholePromptAtAdmission)
 

@@ -67,8 +67,8 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
-                 record_events: bool = True):
-        self.pool = BlockPool(num_blocks, block_size)
+                 record_events: bool = True, reuse: str = "v1"):
+        self.pool = BlockPool(num_blocks, block_size, reuse)  # reuse: which freed block is handed out next
         self.num_blocks, self.block_size = self.pool.num_blocks, self.pool.block_size
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.record_events = record_events
@@ -163,14 +163,22 @@ class BlockManager:
         """Would ``allocate`` succeed? ``tokens``: a token count, or the token ids (exact with caching)."""
         return self.num_blocks_needed(tokens, extra_key) <= self.num_free_blocks
 
-    def blocks_needed_to_append(self, seq_id) -> int:
-        """1 when the next token needs a block (the last is full, or shared and must be copied)."""
+    def blocks_needed_to_append(self, seq_id, num_tokens: int = 1) -> int:
+        """Free blocks the next ``num_tokens`` tokens take: the new blocks they open, plus one when the
+        last block is partly filled and shared (it must be copied first)."""
         s = self._seq(seq_id)
-        last_is_full = len(s.token_ids) % self.block_size == 0
-        return 1 if last_is_full or self.pool.refcounts[s.table[-1]] > 1 else 0
+        if num_tokens == 1:  # (a decode: the common case, without the general count)
+            filled = len(s.token_ids) % self.block_size
+            return 1 if not filled or self.pool.refcounts[s.table[-1]] > 1 else 0
+        check_int("num_tokens", num_tokens, minimum=0, error=InvalidArgument)
+        if num_tokens == 0:
+            return 0
+        n = len(s.token_ids)
+        shared_tail = n % self.block_size and self.pool.refcounts[s.table[-1]] > 1
+        return self.blocks_for(n + num_tokens) - len(s.table) + bool(shared_tail)
 
-    def can_append(self, seq_id) -> bool:
-        return self.blocks_needed_to_append(seq_id) <= self.num_free_blocks
+    def can_append(self, seq_id, num_tokens: int = 1) -> bool:
+        return self.blocks_needed_to_append(seq_id, num_tokens) <= self.num_free_blocks
 
     # -- operations ---------------------------------------------------------------------------
     def _emit(self, kind: str, seq_id, block_ids=(), num_tokens: int = 0, parent_id=None) -> None:
@@ -187,9 +195,13 @@ class BlockManager:
         return b
 
     def allocate(self, seq_id, token_ids: Sequence[int], extra_key: Hashable | None = None,
-                 num_tokens_to_cache: int | None = None) -> list[int]:
+                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None) -> list[int]:
         """Give a new sequence its block table for the prompt ``token_ids`` and return it. With prefix
         caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes.
+
+        ``max_new_tokens``: give slots to the cached prefix and at most this many tokens after it (vLLM V1
+        allocates blocks for the tokens a step computes, ``KVCacheManager.allocate_slots``; the rest get
+        theirs later, through :meth:`append_tokens`). None: every token gets its slot now (the paper).
 
         ``num_tokens_to_cache``: the leading tokens whose KV exists before anyone can read these
         blocks; the full blocks among them are offered to the prefix cache at once. None: all of them
@@ -204,19 +216,25 @@ class BlockManager:
         if n == 0:
             raise InvalidArgument(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
+        num_queried = n  # the prefix cache is asked about every token, slotted now or later
         to_cache = n if num_tokens_to_cache is None else check_int(
             "num_tokens_to_cache", num_tokens_to_cache, minimum=0, maximum=n, error=InvalidArgument)
         hits, hashes = self._cached_prefix(token_ids, extra_key)
+        num_hit = len(hits) * self.block_size
+        if max_new_tokens is not None:  # only these tokens get their slots now
+            num_new = check_int("max_new_tokens", max_new_tokens, minimum=1, error=InvalidArgument)
+            n = min(n, num_hit + num_new)
+            token_ids, hashes = token_ids[:n], hashes[:n // self.block_size]
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
-        s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, len(hits) * self.block_size, len(hits))
-        self._reuse_cached_blocks(s, seq_id, hits)
+        s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, num_hit, len(hits))
+        self._reuse_cached_blocks(s, seq_id, hits, num_queried)
         for _ in range(self.blocks_for(n) - len(hits)):  # the new blocks: full, except maybe the last
             s.table.append(self._take_block(seq_id))
         self._used_slots += n - s.num_cached_tokens
         self._emit("allocate", seq_id, s.table, n)
-        self._cache_full_blocks(s, seq_id, to_cache)
+        self._cache_full_blocks(s, seq_id, min(to_cache, n))
         return list(s.table)
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
@@ -240,11 +258,11 @@ class BlockManager:
         if newly_cached:  # these blocks can be reused from now on
             self._emit("cache", seq_id, newly_cached)
 
-    def _reuse_cached_blocks(self, s: _Seq, seq_id, hits: list[int]) -> None:
+    def _reuse_cached_blocks(self, s: _Seq, seq_id, hits: list[int], num_queried: int) -> None:
         """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
-        must never evict them)."""
+        must never evict them). ``num_queried``: the tokens looked up (the stats count them)."""
         if self.enable_prefix_caching:
-            self.stats.prefix_cache_queries += len(s.token_ids)
+            self.stats.prefix_cache_queries += num_queried
             self.stats.prefix_cache_hits += s.num_cached_tokens
         for b in hits:
             if self.pool.refcounts[b] == 0:
@@ -260,30 +278,54 @@ class BlockManager:
 
         The token's KV is computed in the step that appends it, so a block it fills is offered to the
         prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
+        return self.append_tokens(seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
+
+    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
+        """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
+        prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing; returns a
+        CowAction when the partly filled last block was shared and had to be copied first."""
         s = self._seq(seq_id)
-        token_id = check_int("token_id", token_id, error=InvalidTokenId)
-        n = len(s.token_ids)  # tokens before this one
-        cow = new_hash = None
-        if self.enable_prefix_caching and (n + 1) % self.block_size == 0:  # the token fills its block:
-            new_hash = self._hash_full_block(s, token_id)  # name it (before any change: all-or-nothing)
-        if n % self.block_size == 0:  # the last block is full: the token starts a new block
-            if not self.num_free_blocks:
-                raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) at {n} tokens")
-            s.table.append(self._take_block(seq_id))
-        elif self.pool.refcounts[s.table[-1]] > 1:  # the last block is shared: copy it first
+        token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
+        if not token_ids:
+            return None
+        needed = self.blocks_needed_to_append(seq_id, len(token_ids))
+        if needed > self.num_free_blocks:
+            n = len(s.token_ids)
+            cow = " (with a copy-on-write of its shared last block)" if self.pool.refcounts[s.table[-1]] > 1 \
+                and n % self.block_size else ""
+            raise OutOfBlocks(needed, self.num_free_blocks,
+                              f"append_tokens(seq_id={seq_id!r}, {len(token_ids)} tokens) at {n} tokens{cow}")
+        new_hashes = self._hashes_of_new_full_blocks(s, token_ids)  # (before any change: all-or-nothing)
+        n = len(s.token_ids)  # tokens before these
+        cow = None
+        if n % self.block_size and self.pool.refcounts[s.table[-1]] > 1:  # the last block is shared: copy it
             cow = self._copy_on_write(s, seq_id)
-        s.token_ids.append(token_id)
-        self._used_slots += 1
-        self._emit("append", seq_id, (s.table[-1],), n + 1)
-        if new_hash is not None:  # the token filled its block: later prompts may reuse it
-            s.hashes.append(new_hash)
-            self._cache_full_blocks(s, seq_id, n + 1)
+        touched = [s.table[-1]] if n % self.block_size else []
+        for _ in range(self.blocks_for(n + len(token_ids)) - len(s.table)):  # the blocks these tokens open
+            s.table.append(self._take_block(seq_id))
+            touched.append(s.table[-1])
+        s.token_ids.extend(token_ids)
+        self._used_slots += len(token_ids)
+        self._emit("append", seq_id, touched, len(s.token_ids))
+        if new_hashes:  # the tokens filled blocks: later prompts may reuse them
+            s.hashes.extend(new_hashes)
+            self._cache_full_blocks(s, seq_id, len(s.token_ids))
         return cow
 
-    def _hash_full_block(self, s: _Seq, token_id: int) -> bytes:
-        """The chained hash of ``s``'s last block once ``token_id`` fills it."""
-        parent = s.hashes[-1] if s.hashes else None
-        return hash_block(parent, s.token_ids[len(s.token_ids) + 1 - self.block_size:] + [token_id], s.extra_key)
+    def _hashes_of_new_full_blocks(self, s: _Seq, token_ids: list[int]) -> list[bytes]:
+        """The chained hash of each block that ``token_ids``, appended to ``s``, fill (caching on)."""
+        if not self.enable_prefix_caching:
+            return []
+        bs, n = self.block_size, len(s.token_ids)
+        first, end = n // bs, (n + len(token_ids)) // bs  # the blocks [first, end) become full
+        if first == end:
+            return []
+        tokens = s.token_ids[first * bs:] + token_ids
+        hashes, parent = [], s.hashes[-1] if s.hashes else None
+        for i in range(end - first):
+            parent = hash_block(parent, tokens[i * bs:(i + 1) * bs], s.extra_key)
+            hashes.append(parent)
+        return hashes
 
     def _copy_on_write(self, s: _Seq, seq_id) -> CowAction:
         """Give ``s`` its own copy of its shared, partly filled last block."""
@@ -311,12 +353,13 @@ class BlockManager:
         return list(p.table)
 
     def free(self, seq_id) -> None:
-        """Drop the sequence's table. Blocks nobody else holds join the free queue's end, last block
-        first, so a shared prefix outlives its tail; cached content stays until the block is reused."""
+        """Drop the sequence's table, its tail block first. The blocks nobody else holds join the free
+        queue (where: the pool's ``reuse`` rule), so a shared prefix outlives its tail; cached content
+        stays until the block is handed out again."""
         s = self._seq(seq_id)
-        for i in reversed(range(len(s.table))):
-            if self.pool.release(s.table[i]):
-                self._used_slots -= self._tokens_in_block(s, i)
+        index = {b: i for i, b in enumerate(s.table)}
+        for b in self.pool.free_blocks(reversed(s.table)):  # tail first (vLLM: free_blocks(reversed(blocks)))
+            self._used_slots -= self._tokens_in_block(s, index[b])
         del self._seqs[seq_id]
         self._emit("free", seq_id, s.table, len(s.token_ids))
 

@@ -3,18 +3,30 @@
 The pool knows nothing about sequences. It hands out block ids and takes them back:
 
 * ``refcounts[b]`` is how many block tables hold block ``b`` (0: the block is free).
-* The free queue hands out the **least recently freed** block first. A freed block keeps its
-  content (and, when it was full, its prefix-cache hash) until it is handed out again, so the
-  oldest cached content is evicted first -- an LRU cache for free.
+* The free queue hands out blocks from its **front**. Where a freed block goes decides what is
+  reused next (``reuse``):
+
+  - ``"v1"`` (default; vLLM V1, ``BlockPool.free_blocks`` in ``vllm/v1/core/block_pool.py``): a freed
+    block *without* a prefix-cache hash goes to the **front** -- it is reused next, while its memory is
+    still warm ("LIFO reuse of non-cached blocks for better GPU locality"); a block *with* a hash goes
+    to the **back**, so cached content is evicted least recently freed first (LRU) and lives longest.
+  - ``"lru"`` (the simpler rule of the PagedAttention paper's allocator): every freed block goes to the
+    back; the least recently freed block is handed out first.
+
+  Either way a freed block keeps its content (and, when it was full, its hash) until it is handed out
+  again: being handed out is what evicts it.
 * ``cached`` maps a block hash (see ``prefix_cache``) to the block that holds that content. Touching
   a cached block that waits in the free queue takes it out of the queue again (a cache hit on a
   finished sequence).
 
+vLLM also takes block 0 out of its pool as a "null block" that is never handed out; this pool does not,
+so its block ``b`` is vLLM's block ``b + 1`` in a pool of ``num_blocks + 1``.
+
 Every operation is O(1), whatever ``num_blocks`` is. The free queue is a doubly linked list
 threaded through two integer arrays (vLLM's ``FreeKVCacheBlockQueue`` links block objects the
-same way), so it can pop its oldest block and unlink any block from the middle in O(1). The
-per-block state lives in ``array``s, not lists: Python's garbage collector never walks them, so a
-pool of a million blocks costs no more per operation than a pool of a thousand.
+same way), so it can pop its front block, put a block at either end and unlink any block from
+the middle in O(1). The per-block state lives in ``array``s, not lists: Python's garbage collector
+never walks them, so a pool of a million blocks costs no more per operation than a pool of a thousand.
 """
 
 from __future__ import annotations
@@ -29,10 +41,11 @@ NOT_QUEUED = -1  # prev[b] of a block that is not in the free queue
 
 
 class FreeBlockQueue:
-    """Free block ids, oldest freed first: O(1) ``popleft``, ``append`` and ``remove``.
+    """Free block ids in the order they will be handed out: O(1) ``popleft``, ``append``,
+    ``appendleft`` and ``remove``.
 
     ``next[b]`` / ``prev[b]`` link block ``b`` to its neighbours. Index ``num_blocks`` is the
-    sentinel: its ``next`` is the first (oldest) block and its ``prev`` the last (newest).
+    sentinel: its ``next`` is the front (handed out next) and its ``prev`` the back.
     """
 
     def __init__(self, num_blocks: int):
@@ -57,7 +70,7 @@ class FreeBlockQueue:
             b = self.next[b]
 
     def popleft(self) -> int:
-        """Take the oldest free block out of the queue."""
+        """Take the front block out of the queue."""
         b = self.next[self.sentinel]
         self.remove(b)
         return b
@@ -79,9 +92,27 @@ class FreeBlockQueue:
         self.prev[self.sentinel] = b
         self.size += 1
 
+    def appendleft(self, b: int) -> None:
+        """Put block ``b`` at the front: it is handed out before every block already waiting."""
+        first = self.next[self.sentinel]
+        self.prev[first] = b
+        self.next[b] = first
+        self.prev[b] = self.sentinel
+        self.next[self.sentinel] = b
+        self.size += 1
+
+
+REUSE = ("v1", "lru")
+
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int):
+    """``num_blocks`` blocks of ``block_size`` slots: refcounts, the free queue, the prefix-cache index.
+    ``reuse``: where freed blocks join the free queue (see the module docstring)."""
+
+    def __init__(self, num_blocks: int, block_size: int, reuse: str = "v1"):
+        if reuse not in REUSE:
+            raise InvalidBlockConfig(f"reuse must be one of {REUSE}, got {reuse!r}")
+        self.reuse = reuse
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1, error=InvalidBlockConfig)
         self.block_size = check_int("block_size", block_size, minimum=1, error=InvalidBlockConfig)
         self.refcounts = array("q", [0]) * self.num_blocks  # all zero: every block is free
@@ -109,7 +140,7 @@ class BlockPool:
 
     # -- taking and returning blocks ----------------------------------------------------------
     def allocate(self) -> tuple[int, bytes | None]:
-        """Take the least recently freed block. Returns ``(block_id, evicted_hash_or_None)``."""
+        """Take the block at the front of the free queue. Returns ``(block_id, evicted_hash_or_None)``."""
         if not self.free_queue:
             raise OutOfBlocks(1, 0, "allocating a block")
         b = self.free_queue.popleft()
@@ -131,14 +162,27 @@ class BlockPool:
         self.refcounts[b] += 1
 
     def release(self, b: int) -> bool:
-        """One table fewer holds ``b``. Returns True when it became free (joins the queue's end)."""
-        if self.refcounts[self.check_block(b)] == 0:
-            raise InvalidArgument(f"release(block_id={b}): the block is already free (refcount 0)")
-        self.refcounts[b] -= 1
-        if self.refcounts[b] == 0:
+        """One table fewer holds ``b``. Returns True when it became free (and joined the free queue)."""
+        return bool(self.free_blocks([b]))
+
+    def free_blocks(self, blocks) -> list[int]:
+        """One table fewer holds each of ``blocks``, given in eviction order (a sequence frees its tail
+        first). The blocks nobody holds any more join the free queue (see ``reuse``); returns them."""
+        blocks = [self.check_block(b) for b in blocks]
+        for b in blocks:  # (all checked before any change)
+            if self.refcounts[b] == 0:
+                raise InvalidArgument(f"release(block_id={b}): the block is already free (refcount 0)")
+        front, back = [], []
+        for b in blocks:
+            self.refcounts[b] -= 1
+            if self.refcounts[b] == 0:
+                to_front = self.reuse == "v1" and b not in self.block_hash
+                (front if to_front else back).append(b)
+        for b in reversed(front):  # the group keeps its order at the front: front[0] is handed out first
+            self.free_queue.appendleft(b)
+        for b in back:
             self.free_queue.append(b)
-            return True
-        return False
+        return front + back
 
     # -- prefix-cache index -------------------------------------------------------------------
     def lookup(self, block_hash: bytes) -> int | None:

@@ -97,9 +97,10 @@ class PoolState:
         return out
 
 
-def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) -> PoolState:
-    """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log."""
-    pool = _Replayer(num_blocks)
+def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None, reuse: str = "v1") -> PoolState:
+    """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log.
+    ``reuse``: the free-queue rule of the pool that wrote the log (``BlockPool``'s)."""
+    pool = _Replayer(num_blocks, reuse)
     for i, ev in enumerate(events):
         if upto is not None and i >= upto:
             break
@@ -111,9 +112,10 @@ def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None) ->
 class _Replayer:
     """The pool as the log tells it: refcounts, an ordered free queue, tables, cached blocks."""
 
-    def __init__(self, num_blocks: int):
+    def __init__(self, num_blocks: int, reuse: str = "v1"):
         self.refcounts = [0] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # oldest first
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front first
+        self.reuse = reuse
         self.state = PoolState(num_blocks, self.refcounts)
 
     def take(self, b: int) -> None:
@@ -121,10 +123,17 @@ class _Replayer:
             self.free.pop(b, None)
         self.refcounts[b] += 1
 
-    def release(self, b: int) -> None:
-        self.refcounts[b] -= 1
-        if self.refcounts[b] == 0:
-            self.free[b] = None
+    def release(self, blocks) -> None:
+        """As ``BlockPool.free_blocks``: uncached blocks to the front (reuse "v1"), the rest to the back."""
+        front = []
+        for b in blocks:
+            self.refcounts[b] -= 1
+            if self.refcounts[b] == 0:
+                self.free[b] = None
+                if self.reuse == "v1" and b not in self.state.cached:
+                    front.append(b)
+        for b in reversed(front):
+            self.free.move_to_end(b, last=False)
 
     def apply(self, ev: Event) -> None:
         self.state.last = ev
@@ -140,9 +149,10 @@ class _Replayer:
 
     def _append(self, sid, ids, ev) -> None:
         table = self.state.tables[sid]
-        if not table or table[-1] != ids[0]:  # the token starts a block just taken from the queue
-            self.take(ids[0])
-            table.append(ids[0])
+        for b in ids:  # the blocks the tokens landed in: the last one, and those just taken from the queue
+            if not table or table[-1] != b:
+                self.take(b)
+                table.append(b)
         self.state.num_tokens[sid] = ev.num_tokens
 
     def _cow(self, sid, ids, ev) -> None:
@@ -150,11 +160,10 @@ class _Replayer:
         table = self.state.tables[sid]
         table[table.index(src)] = dst
         self.take(dst)
-        self.release(src)
+        self.release([src])
 
     def _free(self, sid, ids, ev) -> None:
-        for b in reversed(self.state.tables.pop(sid)):
-            self.release(b)
+        self.release(reversed(self.state.tables.pop(sid)))
         self.state.num_tokens.pop(sid)
 
     def _evict(self, sid, ids, ev) -> None:

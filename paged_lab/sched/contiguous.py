@@ -178,10 +178,11 @@ class ContiguousAllocator:
         return n <= size and self.first_fit(size) is not None
 
     def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None,
-                 num_tokens_to_cache: int | None = None) -> list[int]:
+                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None) -> list[int]:
         """Reserve ``reserve`` slots (default ``max_seq_len``) in a row, first fit, and write the
-        prompt into them. All or nothing: on any error nothing changes. (``num_tokens_to_cache``: as
-        the BlockManager's; there is no prefix cache here.)"""
+        prompt into them (its first ``max_new_tokens`` only, when given: the rest follow through
+        :meth:`append_tokens`). All or nothing: on any error nothing changes. (``num_tokens_to_cache``:
+        as the BlockManager's; there is no prefix cache here.)"""
         if seq_id in self._start:
             raise DuplicateSequence(seq_id)
         size = self._reserve_size(reserve, f"allocate(seq_id={seq_id!r})")
@@ -196,6 +197,8 @@ class ContiguousAllocator:
             raise OutOfBlocks(size, self.num_free_blocks,
                               f"allocate(seq_id={seq_id!r}) reserving {size} slots in a row "
                               f"(largest hole {self.largest_hole})")
+        if max_new_tokens is not None:
+            n = min(n, max_new_tokens)
         bisect.insort(self._starts, start)
         self._size_at[start] = size
         self._reserved += size
@@ -203,19 +206,23 @@ class ContiguousAllocator:
         self._used += n
         return list(range(start, start + size))
 
-    def can_append(self, seq_id) -> bool:
+    def can_append(self, seq_id, num_tokens: int = 1) -> bool:
         if seq_id not in self._start:
             return False
-        return self._tokens[seq_id] < self._size_at[self._start[seq_id]]
+        return self._tokens[seq_id] + num_tokens <= self._size_at[self._start[seq_id]]
 
     def append_token(self, seq_id, token_id: int) -> None:
         """One more token in the reservation; never copies (nothing is shared)."""
+        return self.append_tokens(seq_id, [token_id])
+
+    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> None:
+        """More tokens in the reservation; never copies (nothing is shared)."""
         size = self._size_at[self._check(seq_id)]
-        if self._tokens[seq_id] >= size:
+        if self._tokens[seq_id] + len(token_ids) > size:
             raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) past its reservation of {size} slots "
                                     f"(max_seq_len={self.max_seq_len})")
-        self._tokens[seq_id] += 1
-        self._used += 1
+        self._tokens[seq_id] += len(token_ids)
+        self._used += len(token_ids)
         return None
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:

@@ -16,7 +16,7 @@ and what costs the time. The tricks, and why each is safe:
   in a block or reservation that is the sequence's alone; the same event is logged), then ``append_token``, and catches
   OutOfBlocks instead of asking ``can_append`` first: every allocator operation is all-or-nothing,
   so a failed try changed nothing, and only then does it fall back to the textbook
-  ``_reserve_decode_slot`` (which preempts);
+  ``_reserve_slots`` (which preempts);
 * ``update`` walks the scheduled entries once and appends the sampled token without the
   ``Sequence.append_token`` call;
 * ScheduledSeq entries are built with ``tuple.__new__`` (a NamedTuple's ``__new__`` parses
@@ -45,8 +45,10 @@ class FastScheduler(Scheduler):
         for seq in self.running:  # (preemption pops victims off the end: the loop stops earlier)
             if budget <= 0:
                 break
-            if seq.num_computed_tokens < seq.prefill_end:
-                budget -= self._schedule_prefill(seq, out, budget)
+            if seq.num_computed_tokens < seq.prefill_end:  # a prefill chunk: the textbook way
+                num_new = min(len(seq) - seq.num_computed_tokens, budget)
+                if self._reserve_slots(seq, num_new, out):
+                    budget -= self._schedule_tokens(seq, num_new, out)
                 continue
             ids = seq.token_ids
             n = len(ids)
@@ -54,9 +56,9 @@ class FastScheduler(Scheduler):
                 try:
                     cow = append_token(seq.seq_id, ids[-1])
                 except OutOfBlocks:  # nothing changed: preempt and append the textbook way
-                    if not self._reserve_decode_slot(seq, out):
+                    if not self._reserve_slots(seq, 1, out):
                         continue
-                    cow = None  # (_reserve_decode_slot recorded any copy itself)
+                    cow = None  # (_reserve_slots recorded any copy itself)
                 if cow is not None:
                     out.cow_copies.append((cow[0], cow[1]))
             add(new_entry(ScheduledSeq, (seq, n - 1, n, False, True)))

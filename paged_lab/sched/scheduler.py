@@ -6,14 +6,27 @@ model) and the real engine.
 
 Each ``schedule()`` call, in this order (vLLM v1 / nano-vllm style):
 
-1. **Running sequences, oldest first.** A decode needs a slot for the token sampled last step
-   (``append_token``). When no block is free, the *most recently admitted* running sequence is
+1. **Running sequences, oldest first.** Each computes its next tokens: the next chunk of its
+   prefill, or (a decode) the token sampled last step. Those tokens need slots first
+   (``append_tokens``). When no block is free, the *most recently admitted* running sequence is
    preempted (possibly the one asking), so the oldest always makes progress: no deadlock.
 2. **Swapped sequences** come back (swap mode) before anyone new is admitted.
 3. **Waiting sequences, first come first served.** A request is admitted only when its whole
-   prompt fits ("放得下才讓人進"); the queue head that does not fit blocks those behind it.
-   Static batching admits only when the previous batch has fully finished; continuous batching
-   refills free windows every step. Nobody is admitted in a step that had to preempt.
+   prompt fits, its prefix-cache hits counted ("放得下才讓人進"); the queue head that does not fit
+   blocks those behind it. Static batching admits only when the previous batch has fully finished;
+   continuous batching refills free windows every step. Nobody is admitted in a step that had to preempt.
+
+Where a prompt's blocks come from (``allocation``):
+
+* ``"v1"`` (default; vLLM V1, ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule`` and
+  ``KVCacheManager.allocate_slots``): the whole prompt must *fit* to be admitted, but blocks are
+  *allocated* only for the tokens computed so far plus those scheduled this step. A prompt chunked by
+  the token budget takes its blocks chunk by chunk, and may preempt others for them.
+* ``"whole_prompt"`` (the PagedAttention paper, vLLM V0): admission reserves blocks for the whole
+  prompt at once; its later chunks never need a block.
+
+Either way the full blocks a step computes join the prefix cache as that step is scheduled
+(``cache_blocks``): never earlier, so no request can hit a block whose KV was never written.
 
 Preemption: ``recompute`` (default) frees the blocks and puts the sequence back at the front of
 the queue; its prompt *and* generated tokens are prefilled again later. ``swap`` copies its blocks
@@ -33,6 +46,7 @@ from paged_lab.sched.swap import CpuSwapSpace
 
 MODES = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
+ALLOCATION = ("v1", "whole_prompt")
 RUNNING, WAITING, SWAPPED = SequenceStatus.RUNNING, SequenceStatus.WAITING, SequenceStatus.SWAPPED
 
 
@@ -44,18 +58,22 @@ class Scheduler:
     """Waiting / running / swapped queues over one allocator (BlockManager or ContiguousAllocator).
 
     ``max_num_seqs`` is the number of windows; ``max_num_batched_tokens`` (optional) caps the tokens
-    computed per step, which splits long prompts into chunks (chunked prefill).
+    computed per step, which splits long prompts into chunks (chunked prefill). ``allocation``: when a
+    prompt's blocks are allocated (see the module docstring).
     """
 
     def __init__(self, block_manager, max_num_seqs: int, mode: str = "continuous",
                  preemption: str = "recompute", max_num_batched_tokens: int | None = None,
-                 num_cpu_blocks: int | None = None):
+                 num_cpu_blocks: int | None = None, allocation: str = "v1"):
         if block_manager is None:
             raise ValueError("block_manager must be a BlockManager or ContiguousAllocator, got None")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if preemption not in PREEMPTION:
             raise ValueError(f"preemption must be one of {PREEMPTION}, got {preemption!r}")
+        if allocation not in ALLOCATION:
+            raise ValueError(f"allocation must be one of {ALLOCATION}, got {allocation!r}")
+        self.allocation = allocation
         self.max_num_seqs = check_int("max_num_seqs", max_num_seqs, minimum=1)
         self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
             "max_num_batched_tokens", max_num_batched_tokens, minimum=1)
@@ -133,60 +151,67 @@ class Scheduler:
         for seq in self.running:
             if budget <= 0:
                 break
-            if seq.num_computed_tokens < seq.prefill_end:  # a chunked prefill goes on
-                budget -= self._schedule_prefill(seq, out, budget)
-            elif self._reserve_decode_slot(seq, out):
-                out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
-                budget -= 1
+            num_new = min(len(seq) - seq.num_computed_tokens, budget)  # a chunk, or the one pending token
+            if self._reserve_slots(seq, num_new, out):
+                budget -= self._schedule_tokens(seq, num_new, out)
         return budget
 
-    def _schedule_prefill(self, seq: Sequence, out: SchedulerOutput, budget: int) -> int:
-        """The next chunk of ``seq``'s prefill, as long as the budget allows (its slots exist since
-        admission). Returns the chunk's size.
-
-        The full blocks this chunk completes join the prefix cache now: their KV is stored this step,
-        before any layer attends, so a request admitted later in this same step may share them. The
-        blocks past the chunk are not offered yet: if ``seq`` is preempted before computing them, no
-        other request can find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
-        start = seq.num_computed_tokens
-        end = min(seq.prefill_end, start + budget)
-        self.allocator.cache_blocks(seq.seq_id, end)
-        out.scheduled.append(ScheduledSeq(seq, start, end, True, samples=end == len(seq)))
-        return end - start
-
-    def _reserve_decode_slot(self, seq: Sequence, out: SchedulerOutput) -> bool:
-        """The token sampled last step needs a slot before its KV is computed. While no block is
-        free, preempt the newest running sequence -- ``seq`` itself when it is the newest left, so
-        the oldest always makes progress. Returns False when ``seq`` was preempted."""
-        while not self.allocator.can_append(seq.seq_id):
+    def _reserve_slots(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
+        """Slots for the next ``num_new`` tokens of ``seq``: those that have none yet get one (a decode's
+        token sampled last step; a chunk of a prefill allocated chunk by chunk). While no block is free,
+        preempt the newest running sequence -- ``seq`` itself when it is the newest left, so the oldest
+        always makes progress. Returns False when ``seq`` was preempted."""
+        end = seq.num_computed_tokens + num_new
+        new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
+        while not self.allocator.can_append(seq.seq_id, len(new_tokens)):
             victim = self.running.pop()
             self._preempt(victim, out)
             if victim is seq:
                 return False
-        self._append_pending_token(seq, out)
+        self._give_slots(seq, new_tokens, out)
         return True
+
+    def _give_slots(self, seq: Sequence, token_ids: list[int], out: SchedulerOutput) -> None:
+        """Append ``token_ids`` to ``seq``'s table (its last block is copied first if shared)."""
+        cow = self.allocator.append_tokens(seq.seq_id, token_ids)
+        if cow is not None:
+            out.cow_copies.append((cow.src, cow.dst))
+
+    def _schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+        """Compute ``seq``'s next ``num_new`` tokens this step (their slots exist). Returns ``num_new``.
+
+        The full blocks they complete join the prefix cache now: their KV is stored this step, before
+        any layer attends, so a request admitted later in this same step may share them. Blocks past
+        them are not offered yet: if ``seq`` is preempted before computing them, no other request can
+        find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
+        start = seq.num_computed_tokens
+        end = start + num_new
+        self.allocator.cache_blocks(seq.seq_id, end)
+        out.scheduled.append(ScheduledSeq(seq, start, end, start < seq.prefill_end, samples=end == len(seq)))
+        return num_new
 
     def _append_pending_token(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Give the token sampled last step its slot (its block is copied first if shared)."""
-        cow = self.allocator.append_token(seq.seq_id, seq.token_ids[-1])
-        if cow is not None:
-            out.cow_copies.append((cow.src, cow.dst))
+        self._give_slots(seq, [seq.token_ids[-1]], out)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         """Step 3: waiting sequences, first come first served, while windows and budget last."""
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
-            if not self.allocator.can_allocate(len(seq)):  # a recomputed sequence prefills its outputs too
+            # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
+            # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
+            if not self.allocator.can_allocate(seq.token_ids):
                 break  # first come, first served: nobody overtakes the head
             self.waiting.popleft()
-            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0)  # see _schedule_prefill
+            slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
+            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0, max_new_tokens=slots_now)
             seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
             seq.prefill_end = len(seq)
             seq.status = RUNNING
             if seq.first_scheduled_step is None:
                 seq.first_scheduled_step = out.step
             self.running.append(seq)
-            budget -= self._schedule_prefill(seq, out, budget)
+            budget -= self._schedule_tokens(seq, min(len(seq) - seq.num_computed_tokens, budget), out)
 
     def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
         """Step 2: swapped sequences come back, oldest first, and decode at once."""
