@@ -16,8 +16,8 @@ library, vllm and torch (vllm's own dependency, for the KV-cache spec's dtype) a
 
 ``--model-dir`` names a local Hugging Face model directory that only feeds vLLM's ``ModelConfig``
 (config.json; no weights are read, no tokenizer is started). The default,
-~/.cache/paged_lab/smollm2-135m-instruct-fp32, is created by the project's first
-``paged_lab.models.load_model()`` call. Format and findings: docs/vllm_parity.md.
+$PAGED_LAB_CACHE (else ~/.cache/paged_lab)/smollm2-135m-instruct-fp32, is created by the project's
+first ``paged_lab.models.load_model()`` call. Format and findings: docs/vllm_parity.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "vllm_v1_traces.json"
-DEFAULT_MODEL_DIR = Path.home() / ".cache" / "paged_lab" / "smollm2-135m-instruct-fp32"
+# paged_lab's cache root (paged_lab/_cache.py): $PAGED_LAB_CACHE, else ~/.cache/paged_lab.
+CACHE_ROOT = Path(os.environ.get("PAGED_LAB_CACHE", Path.home() / ".cache" / "paged_lab"))
+DEFAULT_MODEL_DIR = CACHE_ROOT / "smollm2-135m-instruct-fp32"
 EXPECTED_VLLM_VERSION = "0.32.0"
 RECORDER = "scripts/record_vllm_traces.py"
 STEP_CAP = 1000  # a scenario that has not finished after this many steps is a bug: raise
@@ -559,7 +561,26 @@ def record(model_dir: Path, verbose: bool = True) -> dict:
 
 
 def dumps(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+    """Canonical JSON, keys sorted; one request or step per line, so that a re-recording diffs by step."""
+
+    def one(x) -> str:
+        return json.dumps(x, sort_keys=True, separators=(", ", ": "))
+
+    def obj(d: dict, indent: str) -> str:
+        parts = []
+        for key in sorted(d):
+            v = d[key]
+            if key in ("scenarios", "requests", "steps") and isinstance(v, list) and v:
+                inner = indent + "    "
+                items = [obj(x, inner) if key == "scenarios" else one(x) for x in v]
+                parts.append(f"{one(key)}: [\n{inner}" + f",\n{inner}".join(items) + f"\n{indent}  ]")
+            else:
+                parts.append(f"{one(key)}: {one(v)}")
+        return "{\n" + indent + "  " + f",\n{indent}  ".join(parts) + "\n" + indent + "}"
+
+    text = obj(data, "") + "\n"
+    assert json.loads(text) == data
+    return text
 
 
 def summary(data: dict) -> str:
