@@ -79,15 +79,22 @@ def test_cached_block_is_evicted_when_handed_out_again():
     assert pool.lookup(b"h-78") is None and pool.cached == {} and pool.block_hash == {}
 
 
-def test_cache_keeps_the_first_block_for_a_hash():
-    pool = BlockPool(2, 2)
+def test_cache_finds_the_first_block_for_a_hash_and_keeps_the_others():
+    """Two requests that computed the same block both keep theirs cached, as vLLM's BlockHashToBlockMap
+    does; a lookup finds the first one, and the second once the first is evicted."""
+    pool = BlockPool(3, 2)
     a, _ = pool.allocate()
     b, _ = pool.allocate()
     assert pool.cache(a, b"x") is True
-    assert pool.cache(b, b"x") is False  # same content elsewhere: b stays uncached
+    assert pool.cache(b, b"x") is True  # same content elsewhere: cached too
     assert pool.cache(a, b"y") is False  # a block holds one content only
-    assert pool.cached == {b"x": a} and b not in pool.block_hash
-    assert pool.reset_cache() == 1 and pool.cached == {}
+    assert pool.cached == {b"x": a} and pool.block_hash == {a: b"x", b: b"x"}
+    pool.uncache(a)
+    assert pool.lookup(b"x") == b
+    pool.uncache(b)
+    assert pool.lookup(b"x") is None and pool.cached == {}
+    pool.cache(a, b"x")
+    assert pool.reset_cache() == 1 and pool.cached == {} and pool.block_hash == {}
 
 
 @pytest.mark.parametrize("n", [1, 2, 7])

@@ -365,7 +365,7 @@ class BlockManager:
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached hash (e.g. after new weights). Returns how many blocks were cached."""
-        for b in self.pool.cached.values():
+        for b in self.pool.block_hash:
             self._emit("evict", None, (b,))
         return self.pool.reset_cache()
 
@@ -375,7 +375,7 @@ class BlockManager:
         tables = {sid: list(s.table) for sid, s in self._seqs.items()}
         num_tokens = {sid: len(s.token_ids) for sid, s in self._seqs.items()}
         return PoolState(self.num_blocks, list(self.pool.refcounts), tables, num_tokens, list(self.pool.free_queue),
-                         set(self.pool.cached.values()), self.events[-1] if self.events else None)
+                         set(self.pool.block_hash), self.events[-1] if self.events else None)
 
     def check_invariants(self) -> None:
         """Raise BlockManagerError if a rule of ``paged_lab.memory.invariants`` is broken."""

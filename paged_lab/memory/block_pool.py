@@ -118,7 +118,10 @@ class BlockPool:
         self.refcounts = array("q", [0]) * self.num_blocks  # all zero: every block is free
         self.free_queue = FreeBlockQueue(self.num_blocks)  # hands out 0, 1, 2, ... at first
         self.block_hash: dict[int, bytes] = {}  # cached block -> its hash
-        self.cached: dict[bytes, int] = {}  # block hash -> block id
+        self.cached: dict[bytes, int] = {}  # block hash -> the block a lookup finds
+        # Every block holding each content, oldest first: two requests that computed the same block in
+        # the same step both keep theirs cached (vLLM's BlockHashToBlockMap does not deduplicate either).
+        self._holders: dict[bytes, dict[int, None]] = {}
 
     # -- counts -------------------------------------------------------------------------------
     @property
@@ -190,22 +193,30 @@ class BlockPool:
         return self.cached.get(block_hash)
 
     def cache(self, b: int, block_hash: bytes) -> bool:
-        """Register full block ``b`` under ``block_hash``. Returns False (and changes nothing) when
-        another block already holds that content, or ``b`` is already cached."""
-        if block_hash in self.cached or b in self.block_hash:
+        """Register full block ``b`` under ``block_hash``. Returns False (and changes nothing) when ``b`` is
+        already cached. Another block may hold the same content: lookups find the first one registered."""
+        if b in self.block_hash:
             return False
-        self.cached[block_hash] = b
         self.block_hash[b] = block_hash
+        self._holders.setdefault(block_hash, {})[b] = None
+        self.cached.setdefault(block_hash, b)
         return True
 
     def uncache(self, b: int) -> None:
         h = self.block_hash.pop(b, None)
-        if h is not None:
-            del self.cached[h]
+        if h is None:
+            return
+        holders = self._holders[h]
+        del holders[b]
+        if not holders:
+            del self._holders[h], self.cached[h]
+        elif self.cached[h] == b:  # the next block holding that content is the one found now
+            self.cached[h] = next(iter(holders))
 
     def reset_cache(self) -> int:
         """Forget every cached hash (the blocks stay where they are). Returns how many were cached."""
-        n = len(self.cached)
+        n = len(self.block_hash)
         self.cached.clear()
         self.block_hash.clear()
+        self._holders.clear()
         return n

@@ -32,9 +32,12 @@ def check_invariants(bm) -> None:
             raise BlockManagerError(f"block {b}: refcount {holders[b]} disagrees with the free queue")
     if sum(fill.values()) != bm._used_slots:
         raise BlockManagerError(f"used slots {bm._used_slots} != {sum(fill.values())}")
-    for h, b in bm.pool.cached.items():
-        if bm.pool.block_hash.get(b) != h or fill.get(b, bm.block_size) != bm.block_size:
+    for b, h in bm.pool.block_hash.items():
+        if h not in bm.pool.cached or fill.get(b, bm.block_size) != bm.block_size:
             raise BlockManagerError(f"cached block {b} is not a full block under its hash")
+    for h, b in bm.pool.cached.items():
+        if bm.pool.block_hash.get(b) != h:
+            raise BlockManagerError(f"the prefix cache finds block {b}, which does not hold that content")
     if bm.stats.prefix_cache_hits > bm.stats.prefix_cache_queries:
         raise BlockManagerError("prefix-cache hits exceed queries")
     _check_cached_blocks(bm)
