@@ -110,7 +110,7 @@ def test_memory_pressure_preempts_and_recomputes_without_changing_tokens(smollm2
 def test_parallel_sampling_forks_and_copies_on_write(smollm2, prompt_ids, hf_greedy):
     ids = prompt_ids[0]
     assert len(ids) % 4  # the last prompt block is partly full: the children's first appends must copy it
-    llm = make_llm(smollm2, block_size=4)
+    llm = make_llm(smollm2, block_size=4, parallel_sampling="fork")  # the paper's design (V1's is "prefix")
     out = llm.generate({"prompt_token_ids": ids}, SamplingParams(n=3, temperature=0, max_tokens=MAX_TOKENS),
                        use_tqdm=False)[0]
     assert [c.index for c in out.outputs] == [0, 1, 2]

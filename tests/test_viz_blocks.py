@@ -13,11 +13,12 @@ from paged_lab.viz import blocks as V
 
 
 def seed_run():
-    """The seed walkthrough: the LRU queue hands out 7, 1, 3 to a 7-token prompt that grows to 9."""
+    """The story's walkthrough: the free queue hands out 7, 1, 3 to a 7-token prompt that grows to 9 (vLLM
+    V1 reuses the most recently freed block first, so block 7's request finishes last)."""
     bm = BlockManager(8, 4)
     for i in range(8):
         bm.allocate(f"w{i}", [0])
-    for i in (7, 1, 3, 0, 2, 4, 5, 6):
+    for i in (6, 5, 4, 2, 0, 3, 1, 7):
         bm.free(f"w{i}")
     bm.allocate("A", list(range(1, 8)))
     bm.append_token("A", 8)
@@ -91,7 +92,8 @@ def test_refcounts_and_free_queue():
     bm2.allocate("a", [1, 2, 3])
     bm2.free("a")
     q = V.fig_free_queue(bm2)
-    assert list(q.data[0].text) == ["2", "3", "1", "0"]  # never used first, then a's tail first
+    # a's partly filled tail (no hash) is reused first, then the never-used blocks; a's cached block waits last
+    assert list(q.data[0].text) == ["1", "2", "3", "0"]
     assert q.data[0].marker.color[-1] == V.CACHED and q.data[0].marker.color[0] == V.FREE
 
 

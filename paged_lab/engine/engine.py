@@ -79,7 +79,8 @@ class LLM:
         already loaded transformers model (then pass ``tokenizer`` too).
     block_size: tokens per KV block. num_kv_blocks / kv_cache_memory: size of the pool, in blocks or in
         bytes (default 512 MiB); max_num_seqs: sequences running at once; max_num_batched_tokens: tokens
-        per step (default: no limit beyond the pool).
+        computed per step (default 2,048, as vLLM V1 on a CPU: ``vllm/engine/arg_utils.py``
+        ``get_batch_defaults``); a longer prompt is prefilled in chunks (chunked prefill). None: no limit.
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
@@ -89,10 +90,9 @@ class LLM:
         first token from its logits; the first write into a shared, partly filled block is a
         copy-on-write (a child that finds no free window of ``max_num_seqs`` waits in the queue and is
         prefilled anew once admitted). "prefix" (vLLM V1): n - 1 independent requests with the same
-        prompt, which find its full blocks in the prefix cache (``enable_prefix_caching``) and compute
-        the rest themselves; no copy-on-write. They are added once the parent's prompt is computed, so
-        every cached block they find holds KV. Both give the same tokens (completion i samples with
-        seed + i).
+        prompt, added with it, which find its full blocks in the prefix cache (``enable_prefix_caching``)
+        and compute the rest themselves; no copy-on-write. Both give the same tokens (completion i samples
+        with seed + i). Default: "prefix", as vLLM V1.
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
@@ -107,10 +107,10 @@ class LLM:
 
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
                  block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
-                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = None,
+                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = 2048,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
-                 parallel_sampling: str = "fork",
+                 parallel_sampling: str = "prefix",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         _check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
@@ -338,6 +338,8 @@ class LLM:
         self._requests[seq.seq_id] = req
         self._generators[seq.seq_id] = None if sp.greedy else make_generator(sp.seed, self.device)
         self.scheduler.add_request(seq)
+        if self.parallel_sampling == "prefix":  # V1 fans n > 1 out into n requests at once
+            self._add_siblings(req, seq)
         return req
 
     def _request_finished(self, req: _Request) -> bool:
@@ -467,18 +469,17 @@ class LLM:
             req = self._requests[parent.seq_id]
             if not req.pending_forks or parent.num_output_tokens != 1:
                 continue
-            if self.parallel_sampling == "prefix":
-                self._add_siblings(req, parent)
-                continue
-            while req.pending_forks:
+            while req.pending_forks:  # (fork mode: "prefix" added its siblings with the request)
                 child, token = self._new_child(req, parent, logits[row : row + 1])
                 if self._place_child(parent, child, token, self._stop_reason(req, child, token)):
                     finished.append(child)
         return finished
 
     def _add_siblings(self, req: _Request, parent: Sequence) -> None:
-        """V1's parallel sampling: the n - 1 other completions join the queue as requests of their own with
-        the same prompt; the prefix cache hands them the parent's full prompt blocks."""
+        """V1's parallel sampling (``vllm/v1/engine/parallel_sampling.py``, ``ParentRequest``): the n - 1
+        other completions join the queue with the first, as requests of their own with the same prompt.
+        Admitted in the same step, they find the full prompt blocks the first one computes in the prefix
+        cache (those blocks are cached as they are scheduled, and stored before anyone attends)."""
         sp = req.params
         while req.pending_forks:
             i = len(req.seqs)
