@@ -79,8 +79,9 @@ class LLM:
         already loaded transformers model (then pass ``tokenizer`` too).
     block_size: tokens per KV block. num_kv_blocks / kv_cache_memory: size of the pool, in blocks or in
         bytes (default 512 MiB); max_num_seqs: sequences running at once; max_num_batched_tokens: tokens
-        computed per step (default 2,048, as vLLM V1 on a CPU: ``vllm/engine/arg_utils.py``
-        ``get_batch_defaults``); a longer prompt is prefilled in chunks (chunked prefill). None: no limit.
+        computed per step (default 4,096: vLLM V1's offline ``LLM`` on a CPU, ``get_batch_defaults`` in
+        ``vllm/engine/arg_utils.py``, which picks 8,192-16,384 on GPUs); a longer prompt is prefilled in
+        chunks (chunked prefill, on by default in V1). None: no limit.
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
@@ -107,7 +108,7 @@ class LLM:
 
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
                  block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
-                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = 2048,
+                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = 4096,
                  enable_prefix_caching: bool = True, attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  parallel_sampling: str = "prefix",
