@@ -97,16 +97,18 @@ TERMS: tuple[Term, ...] = (
     Term("waiting queue", "the waiting area", "等待區", "Requests not admitted yet, or sent back; served in order.",
          True, ("waiting",)),
     Term("admission", "let in only when the luggage fits", "放得下才讓人進", "Moving a request from waiting to "
-         "running. V0: its whole prompt must fit; V1: a per-step token budget, blocks only for the scheduled "
-         "tokens.", True, ("admitted", "admit")),
+         "running: its whole prompt must fit (prefix-cache hits counted in V1). V0 also allocated all its "
+         "blocks then; V1 allocates them as the prompt is computed.", True, ("admitted", "admit")),
     Term("prefill", "reading the whole earlier text in", "整段前文", "Computing K and V for a request's prompt "
          "tokens (and, after a recompute, its earlier output).", True, ("prefills",)),
     Term("decode", "one more piece per round", "每輪多一件", "Computing one new token for a running request.",
          False, ("decodes",)),
-    Term("chunked prefill", "a long text read in over several rounds", "長前文分幾輪讀完", "V1: a long prompt's "
-         "prefill is split over steps, so prefills and decodes share each step's token budget."),
+    Term("chunked prefill", "a long text read in over several rounds", "長前文分幾輪讀完", "A long prompt's "
+         "prefill is split over steps, so prefills and decodes share each step's token budget (opt-in in V0, "
+         "on by default in V1)."),
     Term("max_num_batched_tokens", "how many pieces the windows handle per round", "每輪能處理的件數",
-         "V1's token budget per step, shared by decodes and (chunks of) prefills."),
+         "The token budget per step, shared by decodes and (chunks of) prefills (in V0 and V1; V1 chunks "
+         "prefills by default)."),
     Term("static batching", "the whole group finishes before the next", "整組辦完才換", "A batch runs until its "
          "longest member is done; finished rows sit idle (padding).", True),
     Term("continuous batching", "refill a window every round", "每輪補人", "The batch is re-formed every step, "
@@ -128,7 +130,8 @@ TERMS: tuple[Term, ...] = (
          "How many sequences hold a block; it returns to the free queue at 0.", False, ("refcounts",)),
     Term("copy-on-write", "copy a shared page before writing into it", "要寫之前先複製",
          "V0: appending to a shared, partly filled block first copies it (`CowAction(src, dst)`); full blocks "
-         "are never copied.", False, ("CowAction", "copy on write", "copies on write")),
+         "are never copied. V1 has none for n > 1 or one-group models, but copies a shared tail block on a "
+         "partial prefix hit in hybrid models.", False, ("CowAction", "copy on write", "copies on write")),
     Term("prefix caching", "recognise pages whose contents are already stored", "認出已經放過的頁",
          "Full blocks named by a chained hash are reused by any later request with the same prefix; hits are "
          "counted in tokens.", False, ("prefix cache", "prefix-cache hit", "prefix cache hit")),

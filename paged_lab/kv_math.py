@@ -249,7 +249,8 @@ def plan_capacity(
 ) -> CapacityPlan:
     """How many tokens, and how many sequences of ``seq_len``, fit after the weights are loaded.
 
-    ``gpu_memory_utilization`` is the fraction of memory the server may use (vLLM defaults to 0.9).
+    ``gpu_memory_utilization`` is the fraction of memory the server may use (vLLM V1 defaults to 0.92:
+    ``CacheConfig.gpu_memory_utilization`` in ``vllm/config/cache.py``, vllm 0.32.0).
     Activations are ignored: this is the KV-cache upper bound.
     """
     check_positive("gpu_memory_bytes", gpu_memory_bytes)

@@ -607,7 +607,7 @@ class LLM:
         return None if step is None else self._step_times[step][1]
 
     def _metrics(self, req: _Request) -> RequestMetrics:
-        """vLLM's RequestMetrics of ``req``: its steps from the scheduler, their times from the timeline."""
+        """vLLM V0's RequestMetrics of ``req``: its steps from the scheduler, their times from the timeline."""
         seqs = req.seqs
         first_sched = seqs[0].first_scheduled_step
         first_token = min((s.first_token_step for s in seqs if s.first_token_step is not None), default=None)
