@@ -6,6 +6,7 @@ numpy integers are accepted and returned as plain ``int``.
 
 from __future__ import annotations
 
+from array import array
 from numbers import Integral
 
 
@@ -31,7 +32,9 @@ def check_token_ids(name: str, token_ids, error: type[Exception] = ValueError) -
     >>> check_token_ids("prompt_token_ids", [1, 2, 3])
     [1, 2, 3]
     """
-    ids = list(token_ids)
-    if all(type(t) is int for t in ids):  # the common case, in one pass
+    ids = token_ids if type(token_ids) is list else list(token_ids)
+    try:
+        array("q", ids)  # one C loop that refuses what is not an integer (a prompt is checked per admission)
         return ids
-    return [check_int(f"{name}[{i}]", t, error=error) for i, t in enumerate(ids)]
+    except (TypeError, OverflowError):  # say which one
+        return [check_int(f"{name}[{i}]", t, error=error) for i, t in enumerate(ids)]

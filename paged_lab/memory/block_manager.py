@@ -166,16 +166,19 @@ class BlockManager:
     def blocks_needed_to_append(self, seq_id, num_tokens: int = 1) -> int:
         """Free blocks the next ``num_tokens`` tokens take: the new blocks they open, plus one when the
         last block is partly filled and shared (it must be copied first)."""
-        s = self._seq(seq_id)
-        if num_tokens == 1:  # (a decode: the common case, without the general count)
-            filled = len(s.token_ids) % self.block_size
-            return 1 if not filled or self.pool.refcounts[s.table[-1]] > 1 else 0
-        check_int("num_tokens", num_tokens, minimum=0, error=InvalidArgument)
-        if num_tokens == 0:
-            return 0
+        new_blocks, copy_tail = self._append_plan(self._seq(seq_id), check_int(
+            "num_tokens", num_tokens, minimum=0, error=InvalidArgument))
+        return new_blocks + copy_tail
+
+    def _append_plan(self, s: _Seq, num_tokens: int) -> tuple[int, bool]:
+        """(new blocks that ``num_tokens`` more tokens open, whether the last block must be copied first:
+        it is partly filled and shared)."""
+        if not num_tokens:
+            return 0, False
         n = len(s.token_ids)
-        shared_tail = n % self.block_size and self.pool.refcounts[s.table[-1]] > 1
-        return self.blocks_for(n + num_tokens) - len(s.table) + bool(shared_tail)
+        filled = n % self.block_size
+        new_blocks = (filled + num_tokens - 1) // self.block_size + (not filled)
+        return new_blocks, bool(filled) and self.pool.refcounts[s.table[-1]] > 1
 
     def can_append(self, seq_id, num_tokens: int = 1) -> bool:
         return self.blocks_needed_to_append(seq_id, num_tokens) <= self.num_free_blocks
@@ -278,30 +281,27 @@ class BlockManager:
 
         The token's KV is computed in the step that appends it, so a block it fills is offered to the
         prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
-        return self.append_tokens(seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
+        return self._append(self._seq(seq_id), seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
 
     def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
         """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
         prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing; returns a
         CowAction when the partly filled last block was shared and had to be copied first."""
-        s = self._seq(seq_id)
-        token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
+        return self._append(self._seq(seq_id), seq_id, check_token_ids("token_ids", token_ids, error=InvalidTokenId))
+
+    def _append(self, s: _Seq, seq_id, token_ids: list[int]) -> CowAction | None:
         if not token_ids:
             return None
-        needed = self.blocks_needed_to_append(seq_id, len(token_ids))
-        if needed > self.num_free_blocks:
-            n = len(s.token_ids)
-            cow = " (with a copy-on-write of its shared last block)" if self.pool.refcounts[s.table[-1]] > 1 \
-                and n % self.block_size else ""
-            raise OutOfBlocks(needed, self.num_free_blocks,
+        n = len(s.token_ids)  # tokens before these
+        new_blocks, copy_tail = self._append_plan(s, len(token_ids))
+        if new_blocks + copy_tail > self.num_free_blocks:
+            cow = " (with a copy-on-write of its shared last block)" if copy_tail else ""
+            raise OutOfBlocks(new_blocks + copy_tail, self.num_free_blocks,
                               f"append_tokens(seq_id={seq_id!r}, {len(token_ids)} tokens) at {n} tokens{cow}")
         new_hashes = self._hashes_of_new_full_blocks(s, token_ids)  # (before any change: all-or-nothing)
-        n = len(s.token_ids)  # tokens before these
-        cow = None
-        if n % self.block_size and self.pool.refcounts[s.table[-1]] > 1:  # the last block is shared: copy it
-            cow = self._copy_on_write(s, seq_id)
+        cow = self._copy_on_write(s, seq_id) if copy_tail else None  # the last block is shared: copy it
         touched = [s.table[-1]] if n % self.block_size else []
-        for _ in range(self.blocks_for(n + len(token_ids)) - len(s.table)):  # the blocks these tokens open
+        for _ in range(new_blocks):  # the blocks these tokens open
             s.table.append(self._take_block(seq_id))
             touched.append(s.table[-1])
         s.token_ids.extend(token_ids)
@@ -357,9 +357,12 @@ class BlockManager:
         queue (where: the pool's ``reuse`` rule), so a shared prefix outlives its tail; cached content
         stays until the block is handed out again."""
         s = self._seq(seq_id)
-        index = {b: i for i, b in enumerate(s.table)}
-        for b in self.pool.free_blocks(reversed(s.table)):  # tail first (vLLM: free_blocks(reversed(blocks)))
-            self._used_slots -= self._tokens_in_block(s, index[b])
+        freed = self.pool.free_blocks(reversed(s.table), checked=True)  # tail first (as vLLM's free)
+        if len(freed) == len(s.table):  # nothing was shared: all its slots are free now
+            self._used_slots -= len(s.token_ids)
+        else:
+            freed = set(freed)
+            self._used_slots -= sum(self._tokens_in_block(s, i) for i, b in enumerate(s.table) if b in freed)
         del self._seqs[seq_id]
         self._emit("free", seq_id, s.table, len(s.token_ids))
 

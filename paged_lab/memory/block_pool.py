@@ -168,13 +168,15 @@ class BlockPool:
         """One table fewer holds ``b``. Returns True when it became free (and joined the free queue)."""
         return bool(self.free_blocks([b]))
 
-    def free_blocks(self, blocks) -> list[int]:
+    def free_blocks(self, blocks, checked: bool = False) -> list[int]:
         """One table fewer holds each of ``blocks``, given in eviction order (a sequence frees its tail
-        first). The blocks nobody holds any more join the free queue (see ``reuse``); returns them."""
-        blocks = [self.check_block(b) for b in blocks]
-        for b in blocks:  # (all checked before any change)
-            if self.refcounts[b] == 0:
-                raise InvalidArgument(f"release(block_id={b}): the block is already free (refcount 0)")
+        first). The blocks nobody holds any more join the free queue (see ``reuse``); returns them.
+        ``checked``: the caller knows every block is held (a BlockManager freeing a table)."""
+        if not checked:
+            blocks = [self.check_block(b) for b in blocks]
+            for b in blocks:  # (all checked before any change)
+                if self.refcounts[b] == 0:
+                    raise InvalidArgument(f"release(block_id={b}): the block is already free (refcount 0)")
         front, back = [], []
         for b in blocks:
             self.refcounts[b] -= 1
