@@ -61,7 +61,7 @@ def quiz(gpu_gb: int, context: int) -> Quiz:
                     f"{human_bytes(per_token)} per token instead of {human_bytes(as_mha)} as MHA: "
                     f"{llama.group_size} query heads read the same K and V head. A query is used once, by the "
                     "token that produced it, so it is never cached."),
-             Choice("Each query head attends to only some of the earlier tokens, so fewer of them are kept",
+             Choice("Each query head attends to fewer of the earlier tokens",
                     f"Every query head still attends to every earlier token. GQA lets {llama.group_size} query "
                     "heads read the same keys and values; it drops no token.")],
             answer=2,

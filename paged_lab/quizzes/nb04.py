@@ -35,7 +35,7 @@ def quiz(*, block_size: int, forked_at: int, copies_at_boundary: int, n: int, pr
         Question(
             f"A sequence forks at exactly {forked_at} tokens (block_size = {bs}), and both then generate. Does "
             "anyone copy a block?",
-            [Choice("Yes: whoever writes first copies the last shared block, as in section 1",
+            [Choice("Yes: the first one to write copies the last shared block",
                     f"A copy happens only when someone writes into a shared block, and nobody writes into a full "
                     f"one: each side's next token opens a block of its own. Copies counted: {copies_at_boundary}."),
              Choice(f"Yes: the child copies all {full_blocks} blocks at the fork",

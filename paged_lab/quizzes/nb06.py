@@ -85,7 +85,8 @@ def quiz(*, context_lens: list[int], block_size: int, num_heads: int, num_kv_hea
              Choice("The KV cache would take more memory per token",
                     "Every token costs the same bytes of K and V whatever the block size, and block size 1 "
                     "wastes no slot. What grows is the table and the number of separate reads."),
-             Choice(f"{costs[1].lookups_per_seq:.0f} lookups per sequence instead of {costs[16].lookups_per_seq:.0f}",
+             Choice(f"One lookup per token: {costs[1].lookups_per_seq:.0f} per sequence instead of "
+                    f"{costs[16].lookups_per_seq:.0f}",
                     "With block size 1 the table is as long as the context and every read is one token's K/V, "
                     f"anywhere: short, scattered reads. Blocks of 16 waste {costs[16].waste_frac:.1%} of the "
                     "slots here and read 16 tokens per lookup.")],
