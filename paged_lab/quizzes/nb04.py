@@ -44,7 +44,7 @@ def quiz(*, block_size: int, forked_at: int, copies_at_boundary: int, n: int, pr
              Choice(f"No: its {full_blocks} blocks are full, so each next token opens a new block",
                     f"Copies counted: {copies_at_boundary}. Nobody writes into a full block, so nobody writes into "
                     "a shared one; copy-on-write only ever copies a shared, partly filled last block. (vLLM V1 "
-                    "has no fork and no copy-on-write at all.)")],
+                    "has no fork, and for n > 1 no copy-on-write.)")],
             answer=2,
             design="V0",
         ),

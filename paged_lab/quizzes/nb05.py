@@ -72,8 +72,8 @@ def quiz(*, rounds: list[int], windows: int, static_makespan: int, continuous_ma
             explanation=f"{' + '.join(str(c) for c in chunks)} = {long_prompt}: ⌈{long_prompt} / {budget}⌉ = "
                         f"{len(chunks)} steps. The Scheduler splits the prompt over steps (chunked prefill), "
                         f"{budget} tokens at most per step, so one long prompt cannot stall everyone's decode. "
-                        "(This Scheduler still allocates the whole prompt's blocks at admission, the paper's rule; "
-                        "V1 allocates blocks only for the tokens it schedules.)",
+                        "(vLLM V1 also allocates the prompt's blocks chunk by chunk, as it is computed; the paper's "
+                        "rule allocated them all at admission.)",
             too_low=f"Each step computes at most {budget} prompt tokens: count the steps until all "
                     f"{long_prompt} are done, the last one partly filled.",
             too_high=f"Prefill is not one token per step: each step computes as many prompt tokens as the budget "

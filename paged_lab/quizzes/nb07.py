@@ -67,19 +67,19 @@ def quiz(*, common: int, prompt_lens: list[int], cache_block_size: int, preempti
             design="V1",
         ),
         Question(
-            f"With n = {n}, this engine prefills the {robot_len}-token prompt once and forks. When is a block "
-            "copied?",
+            f"With n = {n} and the paper's fork (parallel_sampling=\"fork\"), the engine prefills the "
+            f"{robot_len}-token prompt once and forks. When is a block copied?",
             [Choice("When a child first writes into the shared, partly filled last block",
-                    f"{robot_len} tokens in blocks of {block_size} leave the last block partly filled; the first "
-                    f"{n - 1} samples to write into it copy it, the last writes in place: {copies} copies over the "
-                    "two runs of section 1. Full blocks stay shared. vLLM V1 does not fork: it runs n requests "
-                    "sharing the prompt's full blocks through prefix caching."),
+                    f"{robot_len} tokens in blocks of {block_size} leave the last block partly filled; in a fork "
+                    f"run the first {n - 1} samples to write into it copy it and the last writes in place "
+                    f"({copies} copies counted in section 1). Full blocks stay shared. vLLM V1 does not fork: it "
+                    "runs n requests sharing the prompt's full blocks through prefix caching."),
              Choice("At the fork: every child copies all the prompt's blocks",
                     "A fork copies no block: each child gets a copy of the block table, and every shared block's "
                     "refcount goes up. A copy waits for a write into a shared block."),
              Choice("Never: the children only read the prompt, and reading shares without copying",
                     f"Reading shares, but the samples also write: each one's first token goes into the prompt's "
-                    f"last block, partly filled and shared, so {copies} copies were counted over the two runs.")],
+                    f"last block, partly filled and shared, so section 1 counted {copies} copies.")],
             answer=0,
             design="V0",
         ),
