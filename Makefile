@@ -120,6 +120,12 @@ vllm-traces:
 	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py
 
+# vLLM's greedy tokens on the real model (tests/data/vllm_greedy_tokens.json, tests/test_vllm_greedy.py).
+.PHONY: vllm-greedy
+vllm-greedy:
+	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+	$(VLLM_VENV)/bin/python scripts/record_vllm_greedy.py
+
 vllm-traces-check:
 	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check

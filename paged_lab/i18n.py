@@ -278,29 +278,11 @@ def _original_bundle(fig):
 
 
 def quiz(q):
-    """A translated copy of a ``paged_lab.quiz.Quiz`` (the quiz itself when the language is English)."""
+    """A translated copy of a ``paged_lab.quiz.Quiz`` (the quiz itself when the language is English):
+    every prompt, choice, explanation and hint, and the feedback sentences around them."""
     if _state["lang"] == "en":
         return q
-    from paged_lab.quiz import Quiz
-
-    localized = Quiz([_question(x) for x in q.questions], title=t(q.title))
-    return localized
-
-
-def _question(q):
-    from paged_lab.quiz import Question
-
-    class Localized(Question):
-        def pick(self, choice):
-            from paged_lab.quiz import RIGHT, WRONG, Feedback
-
-            fb = super().pick(choice)
-            if fb.correct:
-                return Feedback(True, f"{t(RIGHT)}: {self.answer_text}{t('. ')}{self.explanation}")
-            letter = "abcdefgh"[choice]
-            return Feedback(False, f"{t(WRONG)}: {t('({}) is not it. Try another choice.').format(letter)}")
-
-    return Localized(t(q.prompt), [t(c) for c in q.choices], q.answer, t(q.explanation), q.design)
+    return q.translated(t)
 
 
 def term(tm):

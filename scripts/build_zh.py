@@ -267,30 +267,67 @@ def _template(node: ast.AST) -> str | None:
     return None
 
 
-def quiz_strings(nb: dict) -> list[str]:
-    """Every prompt, choice, explanation and title written in a quiz cell (``Question(...)``,
-    ``Quiz(..., title=...)``), as catalogue keys: f-string parts become ``{}``."""
+QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.quiz: what holds a quiz's texts
+QUIZ_MODULES = ROOT / "paged_lab" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
+
+
+_WORD = re.compile(r"[A-Za-z]{3,}")  # a quiz text with one English word in it is shown in Chinese too
+
+
+def _texts_in(node: ast.AST, found: dict[str, None]) -> None:
+    """Every string expression under ``node`` with a word in it, in source order, as a catalogue key."""
+    text = _template(node)
+    if text is not None:
+        if _WORD.search(text.replace("{}", " ")):
+            found[text] = None
+        return
+    if isinstance(node, ast.Subscript):  # facts["recompute"]: a key, not a text
+        return _texts_in(node.value, found)
+    for child in ast.iter_child_nodes(node):
+        _texts_in(child, found)
+
+
+def source_quiz_strings(source: str) -> list[str]:
+    """Every text written in a quiz call of ``source`` (``Question``, ``NumberQuestion``, ``Choice``,
+    ``Quiz``, and anything inside them: prompts, choices, every why, hints, mistakes, titles), as
+    catalogue keys: f-string parts become ``{}``."""
     found: dict[str, None] = {}
-    for cell in nb["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] != "code" or "Question(" not in source:
-            continue
-        for node in ast.walk(ast.parse(source)):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("Question", "Quiz")):
-                continue
-            args = list(node.args) + [k.value for k in node.keywords if k.arg in ("prompt", "choices", "explanation", "title")]
-            for arg in args:
-                for part in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]):
-                    text = _template(part)
-                    if text is not None and i18n.needs_translation(text.replace("{}", " ")):
-                        found[text] = None
+
+    def visit(node: ast.AST) -> None:
+        name = getattr(node.func, "id", getattr(node.func, "attr", "")) if isinstance(node, ast.Call) else ""
+        if name in QUIZ_CALLS:
+            for child in ast.iter_child_nodes(node):
+                if child is not node.func:
+                    _texts_in(child, found)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
     return list(found)
 
 
+def quiz_strings(nb: dict) -> list[str]:
+    """Every quiz text written in a notebook's code cells (see ``source_quiz_strings``)."""
+    found: dict[str, None] = {}
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and any(f"{name}(" in source for name in QUIZ_CALLS):
+            found.update(dict.fromkeys(source_quiz_strings(source)))
+    return list(found)
+
+
+def quiz_module_strings() -> dict[str, list[str]]:
+    """The quiz texts of every module in ``paged_lab/quizzes/``, by module file."""
+    return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in sorted(QUIZ_MODULES.glob("*.py"))}
+
+
 def untranslated_strings() -> list[tuple[str, str]]:
-    """(notebook, quiz text) for every quiz text of the series that the catalogue lacks."""
+    """(notebook or quiz module, quiz text) for every quiz text of the series that the catalogue lacks."""
     strings = i18n.catalogue(LANG)["strings"]
-    return [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p)) if s not in strings]
+    found = [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p))]
+    found += [(f"paged_lab/quizzes/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
+    return [(where, s) for where, s in found if s not in strings]
 
 
 def planned() -> dict[Path, str]:

@@ -21,7 +21,8 @@ import pytest
 from scriptkit import load_script
 
 from paged_lab import glossary, i18n
-from paged_lab.quiz import Question, Quiz
+from paged_lab.kv_math import plan_capacity
+from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +178,8 @@ def test_quiz_strings_are_read_from_the_cells_as_templates():
     nb = {"cells": [{"cell_type": "code", "source": [
         'quiz = Quiz([Question(f"Why {n} of {m}?", [f"{n} blocks", "Because the pool is full"], answer=1,\n',
         '                      explanation="The pool " + f"has {m} blocks.")])']}]}
-    assert build_zh.quiz_strings(nb) == ["Why {} of {}?", "Because the pool is full", "The pool has {} blocks."]
+    # every text with a word in it, even a short choice ("{} blocks" is shown as "{0} 個 block")
+    assert build_zh.quiz_strings(nb) == ["Why {} of {}?", "{} blocks", "Because the pool is full", "The pool has {} blocks."]
 
 
 def test_every_glossary_term_is_translated_from_its_current_meaning():
@@ -236,20 +238,49 @@ def test_fig_show_goes_through_the_translation(zh, monkeypatch):
 
 def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
     q = Question("Why does the KV cache grow with the context length while the weights do not?",
-                 ["The cache keeps K and V for every token of every request; the weights are one shared copy",
-                  "Longer contexts load extra layers"], answer=0,
-                 explanation="Its 70.6 B parameters need 141 GB in bf16: the weights alone do not fit in 80 GB, "
-                             "so the KV budget is zero.", design="V1")
-    quiz = Quiz([q])
+                 [Choice("Every token keeps its own K and V; the weights are one shared copy",
+                         "32 KiB per token × 4,096 tokens = 128 MiB for one Llama-3.2-1B request of 4,096 tokens, and "
+                         "every request has its own; the weights are loaded once and read by all of them."),
+                  Choice("Longer contexts load extra layers",
+                         "The number of layers is fixed by the model (16 for Llama-3.2-1B); a longer context runs the "
+                         "same layers over more tokens.")],
+                 answer=0, design="V1")
+    n = NumberQuestion("How many empty slots does a 9-token sequence leave in its blocks with block_size = 16?",
+                       answer=7, source=plan_capacity,
+                       explanation="⌈9 / 16⌉ = 1 block of 16 holds the 9 tokens and leaves 7 slots empty; blocks of 4 "
+                                   "would take ⌈9 / 4⌉ and leave 3. A sequence wastes less than one block, so the waste "
+                                   "grows with the block size.",
+                       too_low="One block of 16 holds all 9 tokens: how many of its 16 slots are left over?",
+                       too_high="A sequence takes only ⌈n / block_size⌉ blocks, and only its last block can have "
+                                "empty slots: at most block_size − 1 of them.",
+                       mistakes={3: "That is with blocks of 4. With 16, a single block holds all 9 tokens."})
+    quiz = Quiz([q, n])
     text = quiz._repr_mimebundle_()["text/html"]
     assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
-    assert "答案" in text and "Why does" not in text
-    shown = i18n.quiz(quiz)[0]
-    right, wrong = shown.pick(0), shown.pick(1)
-    assert right.correct and right.text.startswith("✓ 答對了: 快取替每個請求") and "光是權重就放不進 80 GB" in right.text
-    assert not wrong.correct and wrong.text == "✗ 不太對: （b）不是正確答案，再試試別的選項。"
-    assert quiz[0].answer_text.startswith("The cache keeps")  # the notebook's checks read the English
+    assert "答案" in text and "其他選項" in text and "請以數字作答" in text and "Why does" not in text
+    assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
+    shown = i18n.quiz(quiz)
+    right, wrong = shown[0].pick(0), shown[0].pick(1)
+    assert right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V") and "所有請求一起讀" in right.text
+    assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 層）；上下文變長，"
+                                                "只是同樣的層處理更多 token。再試試別的選項。")
+    assert shown[1].check("3").text == "✗ 太小了: 3 比答案小。這是 4 格 block 的情形。16 格時，一個 block 就裝下全部 9 個 token。再試一次。"
+    assert shown[1].check("20").text.startswith("✗ 太大了: 20 比答案大。一個 sequence 只占")
+    assert shown[1].check("七").text.startswith("✗ 不是數字: 「七」不是數字") and shown[1].check("７").correct
+    assert quiz[0].answer_text.startswith("Every token keeps")  # the notebook's checks read the English
+    assert quiz[1].check("3").text.startswith("✗ Too low")      # and the quiz itself stays English
     assert not i18n.missing()
+
+
+def test_the_quiz_feedback_sentences_are_translated():
+    """What a pick or a typed number is told is translated when it is shown, not when the quiz is
+    rendered, so the zh-TW notebooks' last cell cannot see a missing one: this test does."""
+    from paged_lab import quiz as Q
+
+    strings = i18n.catalogue("zh-TW")["strings"]
+    phrases = [Q.RIGHT, Q.WRONG, Q.TOO_LOW, Q.TOO_HIGH, Q.NOT_A_NUMBER, Q.TRY_ANOTHER, Q.LESS_THAN, Q.MORE_THAN,
+               Q.NOT_NUMBER, Q.EMPTY_BOX, "Answer with a number.", "The other choices:", "a number", "Check", ". "]
+    assert not [p for p in phrases if p not in strings]
 
 
 def test_a_glossary_table_shows_both_languages(zh):

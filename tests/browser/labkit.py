@@ -35,6 +35,13 @@ PANEL_READY = """() => {
 FEEDBACK_TEXT = "(fb) => fb.innerText.trim()"
 
 
+def _changed(page, feedback, before: str) -> str:
+    """The feedback text once the kernel has answered (it differs from ``before`` and is not empty)."""
+    page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
+                           arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
+    return feedback.evaluate(FEEDBACK_TEXT)
+
+
 def pick_until_right_and_wrong(page, feedback, right: str, wrong: str, where: str):
     """Click the choices of the quiz question that holds ``feedback`` in order until one pick was
     right and one wrong, checking the feedback the kernel sent back after each (it starts with
@@ -44,15 +51,49 @@ def pick_until_right_and_wrong(page, feedback, right: str, wrong: str, where: st
     for b in range(buttons.count()):
         before = feedback.evaluate(FEEDBACK_TEXT)
         buttons.nth(b).click()
-        page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
-                               arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
-        text = feedback.evaluate(FEEDBACK_TEXT)
+        text = _changed(page, feedback, before)
         kind = "right" if text.startswith(right) else "wrong"
         assert kind == "right" or text.startswith(wrong), f"{where}: unexpected feedback {text!r}"
         seen.setdefault(kind, (b, text))
         if len(seen) == 2:
             break
     return seen, buttons
+
+
+def answer_number_box(page, box, marks: dict[str, str], where: str, most: int = 64) -> list[tuple[str, str]]:
+    """Answer the number question in ``box`` (its ``paged-lab-quiz-number`` VBox) as a learner who
+    reads the feedback would: first type something that is not a number, then halve the range that
+    the too-low / too-high feedback leaves until the box says right (the answers are whole numbers
+    >= 0). ``marks``: how the feedback starts, for "right", "low", "high" and "nan". Returns what was
+    typed and what the box answered, in order."""
+    entry, button = box.locator("input").first, box.locator("button").first
+    feedback = box.locator(".paged-lab-quiz-feedback").first
+    said = []
+
+    def check(typed: str) -> str:
+        before = feedback.evaluate(FEEDBACK_TEXT)
+        entry.fill(typed)
+        button.click()  # the box loses focus (its value reaches the kernel), then Check
+        said.append((typed, _changed(page, feedback, before)))
+        return said[-1][1]
+
+    text = check("a few")
+    assert text.startswith(marks["nan"]) and "a few" in text, f"{where}: not-a-number feedback {text!r}"
+    low, high, guess = None, None, 0
+    for _ in range(most):
+        text = check(str(guess))
+        if text.startswith(marks["right"]):
+            return said
+        assert str(guess) in text, f"{where}: the feedback should repeat the number typed: {text!r}"
+        if text.startswith(marks["low"]):
+            low = guess
+        else:
+            assert text.startswith(marks["high"]), f"{where}: unexpected feedback {text!r}"
+            high = guess
+        assert low is not None, f"{where}: 0 is too high: the answer is not a whole number >= 0"
+        guess = 2 * low + 1 if high is None else (low + high) // 2
+        assert guess != low and guess != high, f"{where}: no whole number between {low} and {high}: {said}"
+    raise AssertionError(f"{where}: no right answer after {most} tries: {said}")
 
 
 @contextlib.contextmanager

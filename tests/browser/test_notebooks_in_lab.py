@@ -7,8 +7,9 @@ For each notebook in ``notebooks/`` (found by glob, so a new notebook joins auto
 - in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``), moves each slider
   with the keyboard and asserts the figure's data and the readout change, and, before and after the
   moves, that the figure spans the output area's width and its title is drawn whole (not clipped);
-- in at least one quiz per series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
-  clicks one wrong and one right choice and checks what the learner is told after each;
+- in the quiz of every series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
+  clicks one wrong and one right choice of its first multiple choice and reads both explanations, and
+  answers its first number box (not a number, then too low / too high until right);
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
   (the same limits as ``scripts/measure_notebooks.py``); the figures go to ``budget.json``.
 """
@@ -21,7 +22,14 @@ import time
 import nbformat
 import psutil
 import pytest
-from labkit import PANEL_READY, budget, notebook_session, notebooks_dir, pick_until_right_and_wrong
+from labkit import (
+    PANEL_READY,
+    answer_number_box,
+    budget,
+    notebook_session,
+    notebooks_dir,
+    pick_until_right_and_wrong,
+)
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
@@ -311,26 +319,49 @@ def _move_sliders(page, path, artifacts_dir) -> None:
             assert any(text for _, _, text in moves), f"{where}: no control updated the readout"
 
 
+ENGLISH_MARKS = {"right": "✓ Right", "wrong": "✗ Not quite", "low": "✗ Too low", "high": "✗ Too high",
+                 "nan": "✗ Not a number"}
+
+
 def _answer_a_quiz(page, path, artifacts_dir, required: bool) -> None:
-    """In the notebook's first quiz, click choices of its first question in order until one pick was
-    wrong and one right, and check the feedback the kernel sent back after each."""
+    """In the notebook's first quiz: click choices of its first multiple choice in order until one pick
+    was wrong and one right, and read what each said; then answer its first number box."""
     quizzes = page.locator(".jp-NotebookPanel .paged-lab-quiz")
     if not quizzes.count():
         assert not required, f"{path.name}: no quiz (paged_lab.quiz) was displayed"
         return
     quiz = quizzes.first
     quiz.scroll_into_view_if_needed()
-    feedback = quiz.locator(".paged-lab-quiz-feedback").first
-    question = feedback.locator("xpath=..")
-    seen, buttons = pick_until_right_and_wrong(page, feedback, "✓ Right", "✗ Not quite", path.name)
-    question.screenshot(path=str(artifacts_dir / f"{path.stem}-quiz.png"))
-    assert set(seen) == {"right", "wrong"}, f"{path.name}: the quiz's first question gave only {seen}"
+    check_a_choice_question(page, quiz, ENGLISH_MARKS, artifacts_dir / f"{path.stem}-quiz.png", path.name)
+    numbers = quiz.locator(".paged-lab-quiz-number")
+    if not numbers.count():
+        assert not required, f"{path.name}: the quiz asks for no number (a paged_lab.quiz.NumberQuestion)"
+        return
+    box = numbers.first
+    box.scroll_into_view_if_needed()
+    said = answer_number_box(page, box, ENGLISH_MARKS, path.name)
+    box.screenshot(path=str(artifacts_dir / f"{path.stem}-quiz-number.png"))
+    assert any(text.startswith(ENGLISH_MARKS["low"]) for _, text in said) or len(said) == 2, said
+    right = said[-1][1]
+    assert len(right) > len("✓ Right: ") + len(said[-1][0]) + 20, f"{path.name}: no explanation after a right number"
+
+
+def check_a_choice_question(page, quiz, marks: dict[str, str], shot, where: str) -> dict:
+    """Pick a wrong and a right choice of the quiz's first multiple choice; each says why. Returns what they said."""
+    question = quiz.locator(".paged-lab-quiz-choice").first
+    question.scroll_into_view_if_needed()
+    feedback = question.locator(".paged-lab-quiz-feedback").first
+    seen, buttons = pick_until_right_and_wrong(page, feedback, marks["right"], marks["wrong"], where)
+    question.screenshot(path=str(shot))
+    assert set(seen) == {"right", "wrong"}, f"{where}: the quiz's first question gave only {seen}"
     (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]
-    letters = "abcdefgh"
-    assert f"({letters[wrong]})" in wrong_text, f"{path.name}: a wrong pick should name the pick: {wrong_text!r}"
     choice = buttons.nth(right).locator("xpath=following-sibling::*[1]").inner_text().strip()
-    assert choice and choice in right_text, f"{path.name}: the right pick should repeat the answer {choice!r}"
-    assert len(right_text) > len("✓ Right: ") + len(choice) + 20, f"{path.name}: no explanation after a right pick"
-    assert choice not in wrong_text, f"{path.name}: a wrong pick gave the answer away"
+    letter = "abcdefgh"[wrong]
+    assert f"({letter})" in wrong_text or f"（{letter}）" in wrong_text, f"{where}: a wrong pick should name the pick: {wrong_text!r}"
+    assert len(wrong_text) > len(marks["wrong"]) + 40, f"{where}: a wrong pick should say why it is wrong: {wrong_text!r}"
+    assert choice and choice in right_text, f"{where}: the right pick should repeat the answer {choice!r}"
+    assert len(right_text) > len(marks["right"]) + len(choice) + 20, f"{where}: no explanation after a right pick"
+    assert choice not in wrong_text, f"{where}: a wrong pick gave the answer away"
     assert "mod-danger" in (buttons.nth(wrong).get_attribute("class") or "")
     assert "mod-success" in (buttons.nth(right).get_attribute("class") or "")
+    return {"wrong": wrong_text, "right": right_text}

@@ -23,9 +23,13 @@ def bars(n):
 go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure").show()
 interactive(bars, {"n": W.IntSlider(value=4, min=1, max=6, description="bars")}, readout=lambda fig, n: f"{n} bars drawn")"""
 
-QUIZ = """from paged_lab.quiz import Question, Quiz
+QUIZ = """from paged_lab.kv_math import plan_capacity
+from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
 
-Quiz([Question("How many bars are drawn at first?", ["4", "6"], 0, "The slider starts at 4.")])"""
+Quiz([Question("How many bars are drawn at first?", [Choice("4", "The slider starts at 4."),
+                                                     Choice("6", "The slider goes up to 6; it starts lower.")], 0),
+      NumberQuestion("How many bars can the slider draw at most?", answer=6, source=plan_capacity,
+                     explanation="Its max is 6.", too_low="Look at its max.", too_high="Look at its max.")])"""
 
 
 def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
@@ -54,5 +58,8 @@ def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
     assert bars["type"] == "bar" and len(bars["x"]) == 4
     quiz = page.locator(".paged-lab-quiz-static")  # the quiz as text: question, choices, folded answer
     assert quiz.count() == 1 and "How many bars are drawn at first?" in quiz.inner_text()
-    assert "The slider starts at 4." in quiz.locator("details").text_content()
+    answers = quiz.locator("details")  # every answer folded, with every choice's why and the number's
+    assert answers.count() == 2 and "The slider starts at 4." in answers.first.text_content()
+    assert not answers.first.evaluate("(d) => d.open") and "it starts lower" in answers.first.text_content()
+    assert "Its max is 6." in answers.nth(1).text_content() and "Answer with a number." in quiz.inner_text()
     page.close()

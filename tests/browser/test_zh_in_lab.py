@@ -8,7 +8,8 @@ and quiz feedback, and whether the browser has a font to draw them. The test
 - checks that the page draws CJK text with a real font, not the missing-glyph box (``make test-browser``
   installs Debian's ``fonts-noto-cjk``), and keeps screenshots for a person to look at;
 - moves a slider of the playground and asserts the figure and the (Chinese) readout change;
-- answers the quiz's first question wrongly and rightly and reads the Chinese feedback;
+- answers the quiz's first multiple choice wrongly and rightly and reads both Chinese explanations, and
+  answers its first number box (not a number, too low / too high, right), in Chinese;
 - holds the notebook to its English twin's time and 2 GB memory budget.
 """
 
@@ -18,7 +19,7 @@ import re
 import time
 
 import pytest
-from labkit import PANEL_READY, budget, notebook_session, pick_until_right_and_wrong
+from labkit import PANEL_READY, answer_number_box, budget, notebook_session
 from test_notebooks_in_lab import (
     KERNEL_ID,
     KERNEL_IDLE,
@@ -27,6 +28,7 @@ from test_notebooks_in_lab import (
     SNAPSHOT,
     _kernel_pid,
     _settled,
+    check_a_choice_question,
 )
 
 pytestmark = pytest.mark.browser
@@ -111,16 +113,18 @@ def _move_a_slider(page, artifacts_dir) -> None:
     box.screenshot(path=str(artifacts_dir / "zh-TW-02-box0.png"))
 
 
+ZH_MARKS = {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了", "nan": "✗ 不是數字"}
+
+
 def _answer_the_quiz(page, artifacts_dir) -> None:
     quiz = page.locator(".jp-NotebookPanel .paged-lab-quiz").first
     quiz.scroll_into_view_if_needed()
     assert "小測驗" in quiz.inner_text()
-    feedback = quiz.locator(".paged-lab-quiz-feedback").first
-    question = feedback.locator("xpath=..")
-    seen, buttons = pick_until_right_and_wrong(page, feedback, "✓ 答對了", "✗ 不太對", "zh-TW 02")
-    question.screenshot(path=str(artifacts_dir / "zh-TW-02-quiz.png"))
-    assert set(seen) == {"right", "wrong"}, seen
-    (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]
-    assert f"（{'abcdefgh'[wrong]}）" in wrong_text
-    choice = buttons.nth(right).locator("xpath=following-sibling::*[1]").inner_text().strip()
-    assert re.search(CJK, choice) and choice in right_text and len(right_text) > len(choice) + 20
+    said = check_a_choice_question(page, quiz, ZH_MARKS, artifacts_dir / "zh-TW-02-quiz.png", "zh-TW 02")
+    assert all(re.search(CJK, text) for text in said.values()), said
+    box = quiz.locator(".paged-lab-quiz-number").first
+    box.scroll_into_view_if_needed()
+    assert re.search(CJK, box.locator("button").first.inner_text()), "the Check button is not in Chinese"
+    typed = answer_number_box(page, box, ZH_MARKS, "zh-TW 02")
+    box.screenshot(path=str(artifacts_dir / "zh-TW-02-quiz-number.png"))
+    assert all(re.search(CJK, text) for _, text in typed), typed
