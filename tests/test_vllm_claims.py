@@ -190,7 +190,7 @@ def test_every_cited_vllm_file_is_indexed_and_exists(index):
     assert not index["missing"], (f"cited files that vllm {index['vllm_version']} does not have: {index['missing']} "
                                   f"(cited in {[cited.get(f) for f in index['missing']]}): fix the citation")
     stale = sorted(set(index["files"]) - set(cited))
-    assert not stale, f"indexed but cited nowhere any more: {stale}; {REINDEX}"
+    assert not stale, f"indexed but cited nowhere any more: {stale}; delete their entries, or {REINDEX}"
 
 
 def coverage(cells: dict, rows: list[Row], allowed: dict) -> tuple[list, list]:
