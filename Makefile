@@ -129,3 +129,16 @@ vllm-greedy:
 vllm-traces-check:
 	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
+
+# Optional, never in CI: the names every cited vLLM file defines, for tests/test_vllm_claims.py
+# (docs/vllm_claims.md). `make vllm-index` rewrites tests/data/vllm_source_index.json after a notebook, doc or
+# docstring cites a new vLLM file; `make vllm-index-check` only compares. Reads vLLM's source with ast, imports none of it.
+.PHONY: vllm-index vllm-index-check
+
+vllm-index:
+	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+	$(VLLM_VENV)/bin/python scripts/index_vllm_source.py
+
+vllm-index-check:
+	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+	$(VLLM_VENV)/bin/python scripts/index_vllm_source.py --check

@@ -74,8 +74,9 @@ TERMS: tuple[Term, ...] = (
     Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格",
          "Per token, the slot its K and V are stored in: "
          "`block_table[pos // block_size] * block_size + pos % block_size`."),
-    Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單", "The free blocks, handed out least recently "
-         "freed first, so cached content is overwritten oldest first."),
+    Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單", "The free blocks, in the order they are "
+         "handed out. V1: a freed block with nothing cached goes to the front (reused first), a cached one to the "
+         "back, so cached content is overwritten least recently freed first."),
     Term("free", "a traveller leaving", "旅客離開", "A finished request returns its blocks to the free queue, "
          "last block first."),
     # --- the old manager's waste (notebook 02) ---

@@ -155,7 +155,7 @@ def test_parallel_sampling_n_children_copy_once_each_but_the_last():
 
 
 def test_free_returns_blocks_last_block_first():
-    bm = BlockManager(4, 2, reuse="lru")  # the paper's rule: every freed block joins the back
+    bm = BlockManager(4, 2, reuse="lru")  # a plain FIFO: every freed block joins the back
     table = bm.allocate("s", [1, 2, 3, 4, 5])
     bm.free("s")
     assert bm.pool.peek_free(4) == [3] + table[::-1]

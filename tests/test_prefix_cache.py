@@ -68,7 +68,7 @@ def test_finished_sequence_blocks_are_reused_from_the_free_queue_until_evicted()
 
 
 def test_lru_eviction_overwrites_the_oldest_freed_block_first():
-    bm = BlockManager(4, 2, enable_prefix_caching=True, reuse="lru")  # the paper's rule
+    bm = BlockManager(4, 2, enable_prefix_caching=True, reuse="lru")  # a plain FIFO, not vLLM's rule
     assert bm.allocate("old", [1, 1, 9]) == [0, 1]  # block 0 holds (1, 1), cached
     assert bm.allocate("new", [2, 2, 9]) == [2, 3]  # block 2 holds (2, 2), cached
     bm.free("old")

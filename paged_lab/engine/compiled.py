@@ -5,12 +5,14 @@ how fast the small-M matmuls stream the weights from memory, and how many tiny e
 RoPE, residual adds, SiLU) run in between. Inductor answers both: with ``freezing`` the weights
 become constants that it packs once into its own blocked layout, ``max_autotune`` with the ``CPP``
 GEMM backend generates register-blocked matmul kernels for the exact shapes, and the element-wise
-ops between matmuls are fused into a few loops. vLLM's CPU backend compiles its model the same way.
+ops between matmuls are fused into a few loops. vLLM's CPU backend also compiles its model with inductor
+(``CpuPlatform.check_and_update_config`` in ``vllm/platforms/cpu.py``, vllm 0.32.0), without ``freezing``.
 
 Attention stays outside the compiled code: the graph calls the custom op ``paged_lab::attention``,
 which reads the step's block tables and the layer's KV cache from a forward context that the engine
-sets before each call (vLLM's ``unified_attention`` does the same), so the graph's shapes depend only
-on the batch size, never on context lengths or tables. The attention itself is the eager engine's
+sets before each call (as vLLM's ``unified_attention_with_output`` in
+``vllm/model_executor/layers/attention/attention.py`` does), so the graph's shapes depend only on the
+batch size, never on context lengths or tables. The attention itself is the eager engine's
 (``llama.paged_attention``, through the kernels' dispatch), and so is each layer's math: the graph calls
 ``llama.decoder_layer`` over the same ``LayerWeights``, with plain ``F.linear`` weights (biases included).
 

@@ -95,8 +95,8 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
-    """When things happened to one request: vLLM V0's ``RequestMetrics`` fields (V1 tracks the same moments
-    in ``RequestStateStats``, ``vllm/v1/metrics/stats.py``), in seconds on
+    """When things happened to one request: vLLM V0's ``RequestMetrics`` fields (V1 keeps arrival, scheduling
+    and first and last token in ``RequestStateStats``, ``vllm/v1/metrics/stats.py``), in seconds on
     ``time.perf_counter``'s clock, and the same moments in engine steps (to compare with
     ``simulate()``, which counts only steps). A step's time is when its forward ended.
 

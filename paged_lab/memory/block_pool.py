@@ -10,8 +10,9 @@ The pool knows nothing about sequences. It hands out block ids and takes them ba
     block *without* a prefix-cache hash goes to the **front** -- it is reused next, while its memory is
     still warm ("LIFO reuse of non-cached blocks for better GPU locality"); a block *with* a hash goes
     to the **back**, so cached content is evicted least recently freed first (LRU) and lives longest.
-  - ``"lru"`` (the simpler rule of the PagedAttention paper's allocator): every freed block goes to the
-    back; the least recently freed block is handed out first.
+  - ``"lru"`` (a simpler rule, a plain FIFO queue; not vLLM's: V0's allocator also reused the most
+    recently freed block first): every freed block goes to the back; the least recently freed block is
+    handed out first.
 
   Either way a freed block keeps its content (and, when it was full, its hash) until it is handed out
   again: being handed out is what evicts it.
