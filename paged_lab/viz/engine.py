@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.memory import Event, replay
-from paged_lab.viz.blocks import fig_block_tables, seq_order
+from paged_lab.viz.blocks import fig_block_tables, frame_of_log, seq_order
+from paged_lab.viz.colors import seq_name
 
 
 def events_until_step(events: Sequence[Event], step: int) -> int:
@@ -30,7 +31,9 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
                     timeline: Sequence[Mapping] | None = None, cols: int = 16) -> go.Figure:
     """Block tables and the physical pool at the end of engine step ``step`` (replayed from the log).
 
-    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran."""
+    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran. Every step is
+    drawn in the frame of the whole run (``viz.blocks.frame_of_log``): the figure holds still while a
+    slider steps through it. Requests are named ``request 4``, not ``4``."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     upto = events_until_step(events, step)
@@ -44,12 +47,13 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
         if t["num_preempted"]:
             title += f", {t['num_preempted']} preempted"
     touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
-    fig = fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
-                           max_arrows_seqs=6)
-    if touched:  # the red outline gets a legend entry like every colour
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"touched in step {step}",
-                                 marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
-    return fig
+    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
+                            max_arrows_seqs=6, frame=frame_of_log(events, num_blocks),
+                            highlight_name="red: touched in this step")
+
+
+def _blocks(n: int) -> str:
+    return f"{n} block" + ("" if n == 1 else "s")
 
 
 def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int, block_size: int) -> str:
@@ -58,16 +62,16 @@ def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], st
     if not 0 <= step < len(timeline):
         raise ValueError(f"step must be in [0, {len(timeline) - 1}], got {step}")
     now = [ev for ev in events if ev.clock == step]
-    admitted = [f"{ev.seq_id} ({len(ev.block_ids)} blocks for its {ev.num_tokens}-token prompt)"
+    admitted = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))} for its {ev.num_tokens}-token prompt)"
                 for ev in now if ev.kind == "allocate"]
-    grew = [ev.seq_id for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
-    freed = [f"{ev.seq_id} ({len(ev.block_ids)} blocks)" for ev in now if ev.kind == "free"]
+    grew = [seq_name(ev.seq_id) for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
+    freed = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))})" for ev in now if ev.kind == "free"]
     t = timeline[step]
     parts = [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode"]
     if admitted:
         parts.append("admitted " + ", ".join(admitted))
     if grew:
-        parts.append(f"a full last block → a new block for {', '.join(map(str, grew))}")
+        parts.append(f"a full last block → a new block for {', '.join(grew)}")
     if freed:
         parts.append("finished, blocks back to the pool: " + ", ".join(freed))
     if t["num_preempted"]:
