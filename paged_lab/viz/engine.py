@@ -136,17 +136,35 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
 
 def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predicted (roofline) against measured"
                   ) -> go.Figure:
-    """One marker per (batch size, context length) row of ``engine.step_model.measure_decode_steps``,
-    predicted on x and measured on y, in ms; the diagonal is a perfect prediction."""
-    xs = [1e3 * r["predicted_s"] for r in rows]
-    ys = [1e3 * r["measured_s"] for r in rows]
-    top = max(xs + ys) * 1.1
-    fig = go.Figure(go.Scatter(x=[0, top], y=[0, top], mode="lines", line=dict(color="#999", dash="dash"),
-                               name="measured = predicted"))
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", name="decode steps", marker=dict(size=10),
-                             text=[f"{r['batch_size']} seq × {r['context_len']}" for r in rows],
-                             textposition="top center"))
-    fig.update_xaxes(title_text="predicted (ms): max(bytes / bandwidth, FLOPs / matmul rate)", range=[0, top])
-    fig.update_yaxes(title_text="measured (ms), the engine's timeline", range=[0, top])
-    fig.update_layout(title=title, height=460)
+    """Step time (ms) against the number of sequences in the batch, one colour per context length:
+    measured (solid, from ``engine.step_model.measure_decode_steps``) beside predicted (dashed, the
+    roofline). On this axis every shape has a place of its own, and "8 sequences cost about what 1
+    costs" reads as a flat line."""
+    if not rows:
+        raise ValueError("rows is empty: run measure_decode_steps(...) first")
+    contexts = sorted({r["context_len"] for r in rows})
+    batches = sorted({r["batch_size"] for r in rows})
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+    fig = go.Figure()
+    for i, ctx in enumerate(contexts):
+        mine = sorted((r for r in rows if r["context_len"] == ctx), key=lambda r: r["batch_size"])
+        color = colors[i % len(colors)]
+        dodge = 0.12 * (i - (len(contexts) - 1) / 2)  # side by side, not on top of each other
+        x = [r["batch_size"] + dodge for r in mine]
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * r["measured_s"] for r in mine], mode="lines+markers",
+                                 name=f"measured, {ctx} tokens of context", line=dict(color=color),
+                                 marker=dict(size=9), legendgroup=str(ctx),
+                                 customdata=[r["batch_size"] for r in mine],
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms measured<extra></extra>"))
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * r["predicted_s"] for r in mine], mode="lines+markers",
+                                 name=f"predicted, {ctx} tokens of context", legendgroup=str(ctx),
+                                 line=dict(color=color, dash="dash"), marker=dict(size=7, symbol="circle-open"),
+                                 customdata=[r["batch_size"] for r in mine],
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms predicted<extra></extra>"))
+    top = max(1e3 * max(r["measured_s"], r["predicted_s"]) for r in rows) * 1.15
+    fig.update_xaxes(title_text="sequences in the batch (one decode step)", tickvals=batches,
+                     range=[min(batches) - 0.6, max(batches) + 0.6])
+    fig.update_yaxes(title_text="step time (ms)", range=[0, top], rangemode="tozero")
+    fig.update_layout(title=title, height=440, legend=dict(orientation="h", y=-0.2, yanchor="top"),
+                      margin=dict(t=70, b=40))
     return fig
