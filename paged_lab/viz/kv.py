@@ -155,9 +155,10 @@ def fig_kv_vs_gpu(
         title=f"{spec.name} ({canonical_dtype(dtype)}): {need:,.1f} GB of KV for {num_requests} x {context_len:,} tokens",
         xaxis_title="GPU memory size",
         yaxis=dict(title="memory (GB)", range=[0, top]),
-        height=440,
-        legend=dict(orientation="h", y=-0.2),
-        margin=dict(t=60),
+        height=470,
+        # above the plot: below it, the legend sat on the axis title until the first re-draw
+        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        margin=dict(t=120, b=60),
         font=dict(size=13),
     )
     return fig
