@@ -177,7 +177,7 @@ def test_arrows_avoid_the_pool_rows():
     fig = V.fig_block_tables(bm, 4, cols=8)
     pool = next(t for t in fig.data if t.name == "pool")
     inks = dict(zip(pool.text, pool.textfont.color))
-    assert inks["<b>0</b> ×3"] == "white" and inks["9"] == "#222222"  # white on a fill, dark on white
+    assert inks["<b>0</b> ×3"] == "#ffffff" and inks["9"] == "#222222"  # white on a fill, dark on white
     boxes = [sh for sh in fig.layout.shapes if sh.name == "box" and sh.x0 > 5]  # the pool's block outlines
     paths = [sh for sh in fig.layout.shapes if sh.type == "path"]
     assert len(paths) == sum(len(bm.block_table(s)) for s in bm.seq_ids)

@@ -1,6 +1,6 @@
 """viz.colors: a request's colour follows from its id, so every figure of a notebook draws it alike."""
 
-from paged_lab.viz.colors import PALETTE, ink_for, natural_index, seq_colors, seq_name
+from paged_lab.viz.colors import PALETTE, contrast, ink_for, natural_index, seq_colors, seq_name
 
 
 def test_letters_and_numbers_name_their_colour():
@@ -20,5 +20,7 @@ def test_bare_numbers_are_named_as_requests():
 
 
 def test_ink_reads_on_its_fill():
-    assert ink_for(PALETTE[0]) == "white" and ink_for("#525252") == "white"
+    assert ink_for(PALETTE[0]) == "#ffffff" and ink_for("#525252") == "#ffffff"
     assert ink_for("#c7c7c7") == "#222222" and ink_for("#bcbd22") == "#222222" and ink_for("white") == "#222222"
+    # white on orange reads at 2.5:1; the darker ink at 6.5:1
+    assert ink_for(PALETTE[1]) == "#222222" and all(contrast(ink_for(c), c) >= 3 for c in PALETTE + ("#525252",))

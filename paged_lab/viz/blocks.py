@@ -138,7 +138,8 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     (``BlockFrame``) is the room the figure keeps: every figure drawn in one frame has the same size
     and axes, so a slider that steps through a log moves the blocks, not the picture.
 
-    A full block is a box in its owner's colour with its label in white; a partly filled one keeps
+    A full block is a box in its owner's colour, its label in white or dark ink, whichever reads better
+    on that colour (``viz.colors.ink_for``); a partly filled one keeps
     its label on a pale tint of that colour, above a bar along its bottom whose length is the share
     of its slots that hold tokens, so no fill is ever drawn under a label. In the pool a white box is
     free, a grey one is free but still holds cached content, and a dark grey box with a thick black

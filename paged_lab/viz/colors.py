@@ -60,11 +60,24 @@ def seq_name(seq_id: Hashable) -> str:
     return f"request {text}" if _BARE.fullmatch(text) else text
 
 
+def _luminance(hex_color: str) -> float:
+    r, g, b = (int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+INKS = ("#ffffff", "#222222")
+
+
 def ink_for(fill: str) -> str:
-    """White or near-black text, whichever reads better on the colour ``fill`` (``#rrggbb``)."""
+    """White or near-black text, whichever contrasts more with the colour ``fill`` (``#rrggbb``):
+    white on blue, red, purple; dark on orange, green, olive, cyan and light grey."""
     if not (isinstance(fill, str) and re.fullmatch(r"#[0-9a-fA-F]{6}", fill)):
         return "#222222"
-    r, g, b = (int(fill[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    lum = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
-    # relative luminance; above 0.4 (olive, cyan, light grey) dark text reads better than white
-    return "#222222" if 0.2126 * lum[0] + 0.7152 * lum[1] + 0.0722 * lum[2] > 0.4 else "white"
+    return max(INKS, key=lambda ink: contrast(ink, fill))
