@@ -253,9 +253,10 @@ COLAB_PATH = """import ipywidgets as W
 import plotly.graph_objects as go
 from paged_lab.viz.widgets import interactive
 
-def bars(n, mode):
+def bars(n, mode):  # fixed axes, as every playground of the series: the sliders move the data only
     trace = go.Bar if mode == "bars" else go.Scatter
-    return go.Figure(trace(y=list(range(1, n + 1))), layout_title_text=f"{n} {mode}")
+    return go.Figure(trace(y=list(range(1, n + 1))), layout_title_text=f"{n} {mode}",
+                     layout_xaxis_range=[-0.5, 5.5], layout_yaxis_range=[0, 7])
 
 controls = {"n": W.IntSlider(value=3, min=1, max=6, description="n"),
             "mode": W.Dropdown(options=["bars", "line"], description="mode")}
