@@ -29,11 +29,14 @@ exercises: $(STAMP)
 
 # As root (a container, a cloud VM) JupyterLab refuses to start without --allow-root, so it is passed
 # there. Its log prints the URL with its token; where no browser opens by itself, open that URL.
-# It serves the complete series (notebooks/) and the learner copies (notebooks/exercises/).
+# It serves the complete series (notebooks/) and the learner copies (notebooks/exercises/), with this
+# project's settings (jupyter/jupyter_server_config.py): conftest.py and i18n/ hidden, no news pop-up,
+# and saving a series notebook writes it without outputs (they are committed clean).
 lab: $(STAMP) exercises
 	@echo "Starting JupyterLab: open the http://127.0.0.1:...?token=... URL printed below (Ctrl-C stops it)."
 	@echo "The complete series is in notebooks/; the exercises to write yourself are in notebooks/exercises/."
-	$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(VENV)/bin/jupyter lab notebooks/ --ServerApp.log_level=INFO $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 # Two workers (this project's machines have 2 cores); a notebook's cells stay together on one worker.
 # make test's two workers split the cores: each worker, and each notebook kernel it starts, gets half the

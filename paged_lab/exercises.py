@@ -35,6 +35,7 @@ import inspect
 import math
 import re
 import signal
+import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,7 @@ from paged_lab.memory import block_manager as _bm
 from paged_lab.memory import prefix_cache
 
 CHECK_CLASS = "paged-lab-check"  # the result's HTML box (the browser test reads it)
+WRAP = 88  # the plain-text feedback (print(result)) is wrapped at word boundaries to this width
 PASS, FAIL = "✓", "✗"
 MAX_EXAMPLES = 25  # generated inputs per check: enough to find the usual slips, fast on a laptop CPU
 TIME_LIMIT_S = 10.0  # seconds per call of the learner's function; the package's answers take milliseconds
@@ -77,12 +79,14 @@ class Result:
         return self.passed
 
     def __str__(self) -> str:
-        return self.text + (f"\n\n{self.solution}" if self.solution else "")
+        return _wrapped(self.text) + (f"\n\n{self.solution}" if self.solution else "")
 
     def _repr_html_(self) -> str:
         color = "#2ca02c" if self.passed else "#d62728"
         head, _, rest = _shown(self.text).partition("\n")
-        body = f"<pre style='white-space:pre-wrap;margin:4px 0'>{html.escape(rest)}</pre>" if rest else ""
+        # pre-wrap keeps the lines; word-break:normal undoes JupyterLab's break-all (which cut words in two)
+        body = (f"<pre style='white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:4px 0'>"
+                f"{html.escape(rest)}</pre>" if rest else "")
         sol = (f"<details open><summary>{i18n.t('Solution')}</summary><pre>{html.escape(_shown_solution(self.solution))}"
                "</pre></details>" if self.solution else "")
         return (f'<div class="{CHECK_CLASS}" data-passed="{str(self.passed).lower()}" '
@@ -93,7 +97,29 @@ class Result:
         return f"Result({self.exercise!r}, passed={self.passed})"
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain: the feedback itself
-        p.text(_shown(self.text) + (f"\n\n{_shown_solution(self.solution)}" if self.solution else ""))
+        p.text(_wrapped(_shown(self.text)) + (f"\n\n{_shown_solution(self.solution)}" if self.solution else ""))
+
+
+def stub_message(name: str) -> str:
+    """What a learner copy's stub raises (scripts/make_exercises.py): where to write, no hint (the
+    check prints the hint once, under its verdict)."""
+    return f"write {name}() here"
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _wrapped(text: str, width: int = WRAP) -> str:
+    """``text`` with each line wrapped at word boundaries (never inside a word); an indented line's
+    continuation keeps the indent, four spaces deeper."""
+    out = []
+    for line in text.split("\n"):
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        out.append(textwrap.fill(body, width, initial_indent=indent, subsequent_indent=indent + ("    " if indent else "  "),
+                                 break_long_words=False, break_on_hyphens=False) if body else line)
+    return "\n".join(out)
 
 
 def _shown(text: str) -> str:
@@ -248,9 +274,8 @@ def _call(ex: Exercise, args: tuple) -> str:
     return f"{ex.name}(" + ", ".join(f"{p}={ex.fmt(a)}" for p, a in zip(ex.params, args)) + ")"
 
 
-def _failure(ex: Exercise, args: tuple, why: str, generated: bool) -> str:
-    where = "the smallest generated input it gets wrong" if generated else "a fixed case it gets wrong"
-    return (f"{FAIL} {ex.name}: not yet. On {where}:\n"
+def _failure(ex: Exercise, args: tuple, why: str) -> str:
+    return (f"{FAIL} {ex.name}: not yet. On the smallest input it gets wrong:\n"
             f"  {_call(ex, args)}\n"
             f"  expected: {ex.fmt(ex.expected(*_copy(args)))}\n"
             f"  yours:    {why.removeprefix('returned ')}\n"
@@ -264,6 +289,26 @@ def _timed_out(ex: Exercise, args: tuple, time_limit: float, generated: bool) ->
             f"A loop that never ends? If your function is only slow, give it more time: "
             f"check({ex.name}, time_limit={4 * time_limit:g}).\n"
             f"Hint: {ex.hint}")
+
+
+def _size(value) -> float:
+    """How big an input is, as hypothesis shrinks: numbers by magnitude, collections by length and
+    contents, a model by its fields, a tensor by its elements. The grader reports the smallest."""
+    if isinstance(value, bool) or value is None:
+        return float(bool(value))
+    if isinstance(value, (int, float)):
+        return abs(value)
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, dict):
+        return len(value) + sum(_size(k) + _size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return len(value) + sum(_size(v) for v in value)
+    if is_dataclass(value):
+        return sum(_size(getattr(value, f.name)) for f in fields(value) if not isinstance(getattr(value, f.name), str))
+    if hasattr(value, "numel"):
+        return value.numel()
+    return 0.0
 
 
 def _search(ex: Exercise, fn: Callable, max_examples: int, time_limit: float | None = None) -> tuple | None:
@@ -310,27 +355,35 @@ def check(fn: Callable, exercise: str | None = None, *, show_solution: bool = Fa
     if not callable(fn):
         return Result(name, False, f"{FAIL} {name}: pass the function itself, check({name}), "
                                    f"not {type(fn).__name__}", shown)
+    failing = []  # (args, why) of every fixed case it gets wrong
     for args in ex.cases:
         try:
             why = _mismatch(ex, fn, args, time_limit)
         except _TimedOut:
             return Result(name, False, _timed_out(ex, args, time_limit, generated=False), shown)
         if why is not None and why.startswith("raised NotImplementedError"):
+            said = why.removeprefix("raised NotImplementedError: ")
+            own = "" if said in ("", stub_message(name)) else f"\n  (it raised NotImplementedError: {said})"
             text = (f"{FAIL} {name}: not written yet. Replace the `...` and the `raise NotImplementedError` "
-                    f"line with your code.\n  ({why.removeprefix('raised ')})\nHint: {ex.hint}")
+                    f"line with your code.{own}\nHint: {ex.hint}")
             return Result(name, False, text, shown)
         if why is not None:
-            return Result(name, False, _failure(ex, args, why, generated=False), shown)
+            failing.append((args, why))
+    # Generated inputs too, even after a fixed case failed: hypothesis may find a smaller one (a fixed
+    # case with n=5 is no help when n=1 fails too). A generated input that hangs after a fixed case
+    # failed is not news: the fixed case is reported.
     try:
         args = _search(ex, fn, max_examples, time_limit)
-        why = None if args is None else _mismatch(ex, fn, args, time_limit) or "?"
+        if args is not None:
+            failing.append((args, _mismatch(ex, fn, args, time_limit) or "?"))
     except _TimedOut as stuck:
-        return Result(name, False, _timed_out(ex, stuck.case, time_limit, generated=True), shown)
-    if args is not None:
-        return Result(name, False, _failure(ex, args, why, generated=True), shown)
-    n = len(ex.cases)
-    return Result(name, True, f"{PASS} {name}: right on {n} fixed cases and {max_examples} generated ones; "
-                              "it answers as the package does.", shown)
+        if not failing:
+            return Result(name, False, _timed_out(ex, stuck.case, time_limit, generated=True), shown)
+    if failing:
+        args, why = min(failing, key=lambda f: _size(f[0]))
+        return Result(name, False, _failure(ex, args, why), shown)
+    return Result(name, True, f"{PASS} {name}: right on {_plural(len(ex.cases), 'fixed case')} and "
+                              f"{_plural(max_examples, 'generated one')}; it answers as the package does.", shown)
 
 
 def solution(name: str) -> str:

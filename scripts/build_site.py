@@ -114,6 +114,16 @@ def _model(state: dict, ref: str) -> dict | None:
     return entry and entry["state"] | {"_model_name": entry["model_name"]}
 
 
+def _controls(state: dict, row: dict) -> list[str]:
+    """The controls of an ``interactive()`` row: its children, or the control in each labelled box
+    (``viz.widgets.labelled``: a VBox of the label and the control)."""
+    out = []
+    for ref in row.get("children", []):
+        child = _model(state, ref) or {}
+        out += child.get("children", [])[1:] if child.get("_model_name") == "VBoxModel" else [ref]
+    return out
+
+
 def playground_fallback(view: dict, state: dict) -> str | None:
     """A static picture of an ``interactive()`` box from its kept widget state, or None if it is not one."""
     box = _model(state, view.get("model_id", ""))
@@ -130,7 +140,7 @@ def playground_fallback(view: dict, state: dict) -> str | None:
             for out in child.get("outputs", []):
                 figure = out.get("data", {}).get(PLOTLY, figure)
         elif child.get("_model_name") == "HBoxModel":
-            for c in child.get("children", []):
+            for c in _controls(state, child):
                 ctl = _model(state, c) or {}
                 if not ctl.get("description"):
                     continue
@@ -188,10 +198,24 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     return nb
 
 
+def page_title(nb: nbformat.NotebookNode, default: str = "paged-lab") -> str:
+    """The page's ``<title>``: the notebook's first heading, as plain text ("03 · Block tables: ...")."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        found = re.search(r"^#\s+(.+)$", cell.source, flags=re.M)
+        if found:
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", found.group(1))  # [text](link) -> text
+            return re.sub(r"[*_`]", "", text).strip() or default
+    return default
+
+
 def to_html(nb: nbformat.NotebookNode, pages: list[str], plotlyjs: str = "embed") -> str:
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(make_static(nb))
+    # nbconvert titles every page "Notebook" unless told the name
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(
+        make_static(nb), resources={"metadata": {"name": page_title(nb)}})
     if "Plotly.newPlot" in body:  # only pages with figures (static or saved widgets) carry plotly.js
         body = body.replace("</head>", plotly_js(plotlyjs) + "\n</head>", 1)
     body = body.replace("</body>", HIDE_FALLBACKS + "\n</body>", 1)

@@ -6,7 +6,7 @@
 The committed notebooks carry the solutions of their "Do it yourself" exercises in code cells tagged
 ``solution``, so CI runs them and the cells that call ``check`` (tagged ``grade``) assert that they pass. In the
 learner copy each function of a solution cell keeps its decorators, signature and docstring; its body
-becomes ``...`` and a ``raise NotImplementedError`` with the exercise's hint. Check cells lose their
+becomes ``...`` and a short ``raise NotImplementedError("write f() here")`` (the check cell gives the hint). Check cells lose their
 ``assert`` line, so a wrong answer shows the check's feedback instead of a traceback. Outputs are cleared.
 ``notebooks/exercises/`` is not committed (.gitignore) and pytest does not collect it (notebooks/conftest.py);
 a translation folder such as ``notebooks/zh-TW/`` gets its own ``exercises/`` the same way.
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 OUT = NOTEBOOKS / "exercises"
 sys.path.insert(0, str(ROOT))
-from paged_lab.exercises import EXERCISES  # noqa: E402
+from paged_lab.exercises import stub_message  # noqa: E402
 
 SOLUTION, CHECK, EXERCISE = "solution", "grade", "exercise"
 LEARNER_NOTE = ("This is the **learner copy**: write each function where you see `...` (delete the "
@@ -39,10 +39,9 @@ def tags(cell) -> list[str]:
 
 
 def hint_for(name: str, exercise: str | None) -> str:
-    """The stub's message: the exercise's hint (a helper function gets the hint of the exercise it serves)."""
-    key = name if name in EXERCISES else exercise
-    hint = EXERCISES[key].hint if key in EXERCISES else ""
-    return f"write {name}()" + (f": {hint}" if hint else "; the check cell below grades it")
+    """The stub's message: where to write (the hint is the check's to give, once, under its verdict:
+    in the stub's ``raise`` line it ran off the right edge and was printed twice)."""
+    return stub_message(name)
 
 
 def stub_source(source: str, exercise: str | None = None) -> str:

@@ -119,6 +119,27 @@ def test_the_offline_check_counts_the_figures_a_reader_is_meant_to_see():
     assert site.figures_meant_to_draw(page) == 2  # the live figure is the widget manager's, online only
 
 
+def test_each_page_is_titled_after_its_notebook():
+    """Every page's <title> was "Notebook"."""
+    page = site.to_html(executed_page_with_an_output_playground(), [])
+    assert "<title>98 · Site check</title>" in page
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("Intro\n\n# 03 · Block *tables*: [Ah-Ye](02_x.ipynb)'s `table`")]
+    assert site.page_title(nb) == "03 · Block tables: Ah-Ye's table"
+    assert site.page_title(nbformat.v4.new_notebook()) == "paged-lab"
+
+
+def test_a_labelled_control_shows_in_the_static_picture():
+    """viz.widgets.interactive puts each control in a box under its label; the static picture still
+    names each control's setting."""
+    nb = executed_page_with_an_output_playground()
+    state = nb.metadata["widgets"][site.WIDGET_STATE]["state"]
+    state["label"] = {"model_name": "HTMLModel", "state": {"value": "n"}}
+    state["cell"] = {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_label", "IPY_MODEL_slider"]}}
+    state["controls"]["state"]["children"] = ["IPY_MODEL_cell"]
+    assert "n = 2" in site.to_html(nb, [])
+
+
 def test_a_problem_names_the_page_with_its_folder():
     assert site.page_name(Path("site/zh-TW/01_kv_cache_math.html")) == "zh-TW/01_kv_cache_math.html"
     assert site.page_name(Path("site/01_kv_cache_math.html")) == "01_kv_cache_math.html"

@@ -74,7 +74,7 @@ def test_step_readout_says_what_changed_hands(log):
                 dict(num_prefill=1, num_decode=1, num_running=2, num_waiting=0, num_preempted=0, kv_usage=0.44),
                 dict(num_prefill=0, num_decode=1, num_running=1, num_waiting=0, num_preempted=1, kv_usage=0.12)]
     one = engine_step_readout(log.events, timeline, 1, block_size=2)
-    assert one.startswith("step 1 ran 1 prefill + 1 decode; admitted b (1 blocks for its 2-token prompt)")
+    assert one.startswith("step 1 ran 1 prefill + 1 decode; admitted b (1 block for its 2-token prompt)")
     assert "new block" not in one  # a's 4th token still fitted in its last block
     assert one.endswith("2 running, 0 waiting, 44% of the slots hold tokens")
     two = engine_step_readout(log.events, timeline, 2, block_size=2)
@@ -87,7 +87,27 @@ def test_step_readout_says_what_changed_hands(log):
 
 def test_pool_figure_has_a_legend_entry_for_the_red_outline(log):
     fig = fig_engine_pool(log.events, 8, 2, step=1)
-    assert any(t.name == "touched in step 1" and t.marker.color == "red" for t in fig.data)
+    assert any(t.name == "red: touched in this step" and t.marker.color == "red" for t in fig.data)
+
+
+def test_pool_figure_holds_still_and_names_the_requests():
+    """07's slider grew and shrank the figure as sequences came and went, and its readout said "a new
+    block for 4", which reads as four tokens."""
+    bm = BlockManager(num_blocks=8, block_size=2)
+    for step, (kind, sid, n) in enumerate([("allocate", 3, 3), ("allocate", 4, 2), ("append", 4, 9), ("free", 3, 0)]):
+        bm.clock = step
+        if kind == "allocate":
+            bm.allocate(sid, list(range(n)))
+        elif kind == "append":
+            bm.append_token(sid, n)
+        else:
+            bm.free(sid)
+    figs = [fig_engine_pool(bm.events, 8, 2, step=k) for k in range(4)]
+    assert len({(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range)) for f in figs}) == 1
+    tables = next(t for t in figs[1].data if t.name == "tables").text
+    assert any("<b>request 4</b>" in t for t in tables)
+    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=0, num_preempted=0, kv_usage=0.2)] * 4
+    assert "a new block for request 4" in engine_step_readout(bm.events, timeline, 2, block_size=2)
 
 
 def test_throughput_bars_take_human_labels_and_keep_paged_lab_blue():

@@ -44,19 +44,53 @@ def test_a_wrong_function_gets_the_smallest_counterexample():
 
     result = check(blocks_needed)
     assert not result.passed
-    assert "smallest generated input" in result.text
+    assert "On the smallest input it gets wrong" in result.text
     assert "blocks_needed(n_tokens=101, block_size=1)" in result.text  # shrunk to the boundary
     assert "expected: 101" in result.text and "yours:    102" in result.text
     assert "Hint: round up" in result.text
 
 
-def test_a_fixed_case_is_reported_before_any_generated_one():
+def test_the_smallest_failing_input_is_shown_fixed_or_generated():
+    """The first failing fixed case was shown (n_tokens=5) where a smaller generated one fails too."""
+    def blocks_needed(n_tokens, block_size):  # rounds down: wrong on the fixed case (5, 4), and on (1, 2)
+        return n_tokens // block_size
+
+    text = check(blocks_needed).text
+    assert "blocks_needed(n_tokens=1, block_size=2)" in text and "expected: 1" in text and "yours:    0" in text
+
     def slot_for(pos, block_table, block_size):
         return block_table[pos // block_size] + pos % block_size  # forgot x block_size
 
-    text = check(slot_for).text
-    assert "a fixed case" in text and "slot_for(pos=0, block_table=[7], block_size=4)" in text
-    assert "expected: 28" in text and "yours:    7" in text
+    text = check(slot_for).text  # the fixed case (0, [7], 4) fails, and so does a smaller generated one
+    assert "slot_for(pos=0, block_table=[7], block_size=4)" not in text and "slot_for(" in text
+
+
+def test_a_fixed_case_is_shown_when_nothing_smaller_fails():
+    def utilization(regions):  # wrong only when nothing is reserved: the fixed case ([],)
+        return sum(t for t, _ in regions) / sum(r for _, r in regions) if regions else 1.0
+
+    text = check(utilization).text
+    assert "utilization(regions=[])" in text and "expected: 0" in text
+
+
+def test_feedback_has_one_hint_plurals_and_wraps_at_word_boundaries():
+    def blocks_needed(n_tokens, block_size):
+        raise NotImplementedError(exercises.stub_message("blocks_needed"))
+
+    text = check(blocks_needed).text
+    assert text.count("Hint:") == 1 and "write blocks_needed() here" not in text  # the stub's own words: not repeated
+    ok = check(lambda n_tokens, block_size: -(-n_tokens // block_size), exercise="blocks_needed", max_examples=1)
+    assert "right on 3 fixed cases and 1 generated one;" in ok.text
+    one = exercises.EXERCISES["cached_prefix"]
+    assert len(one.cases) == 1
+    right = check(lambda cached, token_ids, block_size: exercises._expect_cached_prefix(cached, token_ids, block_size),
+                  exercise="cached_prefix")
+    assert "right on 1 fixed case and 25 generated ones;" in right.text
+    printed = str(check(blocks_needed))
+    assert all(len(line) <= exercises.WRAP for line in printed.split("\n"))
+    words = set(text.split())
+    assert all(word in words for line in printed.split("\n") for word in line.split())  # no word cut in two
+    assert "word-break:normal" in check(blocks_needed)._repr_html_()
 
 
 def test_errors_are_feedback_not_tracebacks():
@@ -327,7 +361,8 @@ def test_stub_keeps_signature_and_docstring():
     src = 'X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    return a + b\n\n\ndef g():\n    return 2'
     stub = mod.stub_source(src, "slot_for")
     assert stub.startswith('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    ...\n    raise NotImplementedError(')
-    assert "return" not in stub and "write g(): " + EXERCISES["slot_for"].hint[:20] in stub
+    assert "return" not in stub and "raise NotImplementedError('write g() here')" in stub
+    assert EXERCISES["slot_for"].hint[:20] not in stub  # the hint is the check's to give
     assert mod.one_level_down("[a](02_x.ipynb) [b](../docs/x.md) [c](https://x.org) [d](#top)") == (
         "[a](../02_x.ipynb) [b](../../docs/x.md) [c](https://x.org) [d](#top)")
 

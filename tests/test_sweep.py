@@ -60,10 +60,28 @@ def test_playground_follows_its_sliders():
 
 
 def test_latency_readout_says_why_paged_answers_first():
-    busy = latency_readout(None, 0.4, 16, 60)
-    assert "Paged memory answers first" in busy and "capped the batch at" in busy
-    light = latency_readout(None, 0.05, 16, 60)
+    """One sentence that matters, then the numbers as a table (05's readout was four lines of numbers)."""
+    (busy, numbers) = latency_readout(None, 0.4, 16, 60)
+    assert "paged memory answers first" in busy and "capped the batch at" in busy and busy.count(". ") == 0
+    assert numbers.header == ["design", "p90 TTFT (steps)", "output tokens per step", "most running at once"]
+    assert [r[0] for r in numbers.rows] == ["static batching, contiguous", "continuous batching, contiguous",
+                                           "continuous batching, paged"]
+    (light, _) = latency_readout(None, 0.05, 16, 60)
     assert "memory is not the limit" in light
+
+
+def test_latency_playground_keeps_its_axes_while_the_sliders_move():
+    bounds = {"rate": (0.05, 1.5), "block_size": (8, 24), "num_requests": (20, 60)}
+    figs = [latency_playground(rate=r, block_size=b, num_requests=n, rates=(0.1, 1.0), bounds=bounds)
+            for r, b, n in ((0.05, 8, 20), (1.5, 24, 60), (0.7, 16, 40))]
+    ranges = {(tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range)) for f in figs}
+    assert len(ranges) == 1
+    (x_hi, ttft_hi, itl_hi) = (figs[0].layout.xaxis.range[1], 10 ** figs[0].layout.yaxis.range[1],
+                               figs[0].layout.yaxis2.range[1])
+    for f in figs:  # every point inside
+        for t in f.data:
+            assert max(t.x) <= x_hi
+            assert max(t.y) <= (ttft_hi if t.yaxis == "y" else itl_hi)
 
 
 def test_latency_figure_labels_only_powers_of_ten_and_leaves_room_for_its_title():

@@ -38,13 +38,15 @@ def test_block_tables_draws_the_table_and_every_physical_block():
     bm = seed_run()
     fig = V.fig_block_tables(bm, 4)
     assert len(pool_labels(fig)) == 8
-    assert table_labels(fig) == ("<b>A</b>: [7, 1, 3]",)
+    assert table_labels(fig) == ("<span style='color:#1f77b4'>■</span> <b>A</b>: [7, 1, 3]",)
     arrows = [a for a in fig.layout.annotations if a.showarrow]
     assert len(arrows) == 3  # one per table entry
-    # blocks 7 and 1 are full (one coloured rect each, full width); block 3 holds 1 of 4 tokens
-    coloured = [sh for sh in fig.layout.shapes if sh.type == "rect" and sh.fillcolor not in ("white",)]
-    widths = sorted(round(sh.x1 - sh.x0, 2) for sh in coloured)
-    assert widths.count(0.25) == 2  # logical L2 and physical block 3: 1 token of 4
+    # blocks 7 and 1 are full (a fill the size of the box); block 3 holds 1 of 4 tokens: a bar a
+    # quarter of the box long along its bottom, the rest of the box a pale tint
+    fills = [sh for sh in fig.layout.shapes if sh.name == "fill"]
+    assert sorted(round(sh.x1 - sh.x0, 2) for sh in fills).count(0.25) == 2  # logical L2 and physical block 3
+    assert all(sh.y1 - sh.y0 == pytest.approx(V.STRIP) for sh in fills if sh.x1 - sh.x0 < 1)
+    assert len([sh for sh in fig.layout.shapes if sh.name == "tint"]) == 2
     assert "3 of 8 blocks used" in fig.layout.title.text
 
 
@@ -54,11 +56,11 @@ def test_shared_blocks_show_their_refcount():
     bm.fork("p", "c")
     fig = V.fig_block_tables(bm, 4)
     labels = pool_labels(fig)
-    assert labels[0] == "<b>0</b><br>x2" and labels[1] == "<b>1</b><br>x2"
+    assert labels[0] == "<b>0</b> ×2" and labels[1] == "<b>1</b> ×2"
     # shared blocks have their own fill (not the first owner's colour) and a legend entry for it
-    fills = {sh.fillcolor for sh in fig.layout.shapes if sh.type == "rect" and sh.x0 >= 0 and sh.fillcolor != "white"}
+    fills = {sh.fillcolor for sh in fig.layout.shapes if sh.name == "fill"}
     assert V.SHARED_FILL in fills
-    assert "shared (x refcount)" in [t.name for t in fig.data]
+    assert "shared (× refcount)" in [t.name for t in fig.data]
     with pytest.raises(ValueError, match="block_size"):
         V.fig_block_tables(bm, 0)
 
@@ -71,7 +73,7 @@ def test_event_step_replays_the_log():
     last = V.fig_event_step(bm.events, 8, 4, n)
     assert f"after event {n - 1} (of 0–{n - 1})" in last.layout.title.text  # the printed log's 0-based number
     assert "token #9 into block 3" in last.layout.title.text and bm.events[-1].index == n - 1
-    assert table_labels(last) == ("<b>A</b>: [7, 1, 3]",)
+    assert table_labels(last) == ("<span style='color:#1f77b4'>■</span> <b>A</b>: [7, 1, 3]",)
     red = [sh for sh in last.layout.shapes if getattr(sh.line, "color", None) == "red"]
     assert len(red) == 1  # the block the last event touched
     with pytest.raises(ValueError, match="step"):
@@ -102,11 +104,16 @@ def test_prefix_sharing_numbers_come_from_the_block_manager():
     # 60 tokens -> 4 blocks each without sharing; with sharing 3 system blocks once + 1 own block each
     assert s["blocks_without_sharing"] == 16 and s["blocks_with_sharing"] == 3 + 4
     assert s["prefix_cache_hits"] == 3 * 48 and s["prefix_cache_queries"] == 4 * 60
-    fig = V.fig_prefix_sharing(k=4, system_len=48, block_size=16, user_len=12)
-    assert list(fig.data[0].text) == ["16 blocks", "7 blocks"] and list(fig.data[0].y) == [1, 7 / 16]
-    # the axis stays put when a slider moves: only the bars change
-    other = V.fig_prefix_sharing(k=64, system_len=512, block_size=1, user_len=12)
-    assert other.layout.yaxis.range == fig.layout.yaxis.range and max(other.data[0].y) == 1
+    bounds = {"k": (1, 64), "system_len": (0, 512)}
+    fig = V.fig_prefix_sharing(k=4, system_len=48, block_size=16, user_len=12, bounds=bounds)
+    assert list(fig.data[0].text) == ["16 blocks", "7 blocks"] and list(fig.data[0].y) == [16, 7]
+    assert V.fig_prefix_sharing(k=1, system_len=0, block_size=16, user_len=12).data[0].text == ("1 block", "1 block")
+    # blocks on an axis that stays put while the sliders move: the bars change, the axis does not,
+    # and it holds the most blocks the sliders can ask for (64 x 524 tokens in blocks of 16)
+    other = V.fig_prefix_sharing(k=64, system_len=512, block_size=16, user_len=12, bounds=bounds)
+    assert other.layout.yaxis.range == fig.layout.yaxis.range and other.layout.yaxis.type == "log"
+    assert max(other.data[0].y) == 64 * 33 < 10 ** fig.layout.yaxis.range[1]
+    assert list(other.data[0].y) != list(fig.data[0].y)
     assert "hit rate 60%" in fig.layout.title.text
 
 
@@ -167,17 +174,125 @@ def test_block_table_readout_counts_the_empty_slots_of_the_figure():
     assert "turned away" in V.block_table_readout(None, block_size=16, num_requests=30, seed=0, num_blocks=4)
 
 
-def test_block_labels_stay_readable_and_arrows_avoid_the_pool_rows():
+def test_arrows_avoid_the_pool_rows():
     bm = parallel_sampling(3, list(range(10)), 2, 4, num_blocks=16)
     fig = V.fig_block_tables(bm, 4, cols=8)
     pool = next(t for t in fig.data if t.name == "pool")
     inks = dict(zip(pool.text, pool.textfont.color))
-    assert inks["<b>0</b><br>x3"] == "white" and inks["9"] == "#222222"  # white on a fill, dark on white
-    boxes = [sh for sh in fig.layout.shapes if sh.type == "rect" and sh.line.width and sh.fillcolor == "white"
-             and sh.x0 > 5]  # the pool's block outlines
+    assert inks["<b>0</b> ×3"] == "#ffffff" and inks["9"] == "#222222"  # white on a fill, dark on white
+    boxes = [sh for sh in fig.layout.shapes if sh.name == "box" and sh.x0 > 5]  # the pool's block outlines
     paths = [sh for sh in fig.layout.shapes if sh.type == "path"]
     assert len(paths) == sum(len(bm.block_table(s)) for s in bm.seq_ids)
     for path in paths:  # the last leg runs horizontally in a gap: no block's box spans its height
         (x1, y1), (x2, y2) = [tuple(map(float, p.split(","))) for p in path.path.split(" L ")[1:]]
         assert y1 == y2
         assert not any(b.y0 < y1 < b.y1 and b.x0 < max(x1, x2) and b.x1 > min(x1, x2) for b in boxes)
+
+
+# ---------------------------------------------------------------- labels no fill covers
+
+
+def label_boxes(fig):
+    """Every block label as (x0, x1, y0, y1, ink, text) in data units, at the scale the figure was
+    laid out for (``layout.meta.px_per_unit``) and the label's own font size."""
+    scale = fig.layout.meta["px_per_unit"]
+    out = []
+    for tr in fig.data:
+        if tr.name not in ("pool", "logical"):
+            continue
+        size, inks = tr.textfont.size, tr.textfont.color
+        for x, y, text, ink in zip(tr.x, tr.y, tr.text, inks):
+            w, h = V._label_px(text, size)
+            out.append((x - w / 2 / scale, x + w / 2 / scale, y - h / 2 / scale, y + h / 2 / scale, ink, text))
+    return out
+
+
+def uncovered(fig) -> list[str]:
+    """What is wrong with the block labels of ``fig``: a label part on and part off a fill (the fill
+    hides some of its letters), a label on a fill in an ink that does not read on it, a label that
+    runs out of its box."""
+    fills = [sh for sh in fig.layout.shapes if sh.name == "fill"]
+    boxes = [sh for sh in fig.layout.shapes if sh.name == "box"]
+    problems = []
+    for x0, x1, y0, y1, ink, text in label_boxes(fig):
+        for f in fills:
+            overlap = min(x1, f.x1) - max(x0, f.x0) > 1e-9 and min(y1, f.y1) - max(y0, f.y0) > 1e-9
+            inside = f.x0 <= x0 and x1 <= f.x1 and f.y0 <= y0 and y1 <= f.y1
+            if overlap and not inside:
+                problems.append(f"{text!r} is partly covered by a fill {f.x0:.2f}-{f.x1:.2f} x {f.y0:.2f}-{f.y1:.2f}")
+            if inside and ink != V.ink_for(f.fillcolor):
+                problems.append(f"{text!r} is drawn in {ink} on {f.fillcolor}")
+        if not any(b.x0 <= x0 and x1 <= b.x1 and b.y0 <= y0 and y1 <= b.y1 for b in boxes):
+            problems.append(f"{text!r} runs out of its box")
+    return problems
+
+
+def cow_story():
+    """Notebook 04's story: three samples of one 10-token prompt in blocks of 4, each writes one token."""
+    bm = BlockManager(num_blocks=12, block_size=4)
+    bm.allocate("sample-0", list(range(201, 211)))
+    for s in ("sample-1", "sample-2"):
+        bm.fork("sample-0", s)
+    for s, tok in (("sample-0", 1000), ("sample-1", 2000), ("sample-2", 3000)):
+        bm.append_token(s, tok)
+    return bm
+
+
+def test_no_label_is_covered_by_a_fill_whatever_the_fill():
+    """03's "L2" read "L", 04's "2 ×3" read "2 x" and 07's "16" read "1": a partly filled block drew its
+    fill over its own label. Every step of 03's and 04's logs, every block size of 03's playground and
+    the shared, partly filled blocks of copy-on-write."""
+    figs = []
+    for bm, n in ((seed_run(), 8), (cow_story(), 12)):
+        figs += [V.fig_event_step(bm.events, n, 4, k) for k in range(len(bm.events) + 1)]
+    bounds = {"num_requests": (1, 12), "seed": (0, 9)}
+    figs += [V.block_table_playground(bs, n, seed, bounds=bounds) for bs in (1, 2, 4, 8, 16) for n, seed in
+             ((6, 0), (12, 3), (12, 7))]
+    figs.append(V.fig_block_tables(shared_prefix(4, 48, 12, 16), 16))
+    partial = 0
+    for fig in figs:
+        assert not uncovered(fig), (fig.layout.title.text, uncovered(fig))
+        partial += sum(1 for sh in fig.layout.shapes if sh.name == "fill" and sh.x1 - sh.x0 < 1)
+    assert partial > 50  # the check saw many partly filled blocks
+
+
+def test_the_check_finds_a_covered_label():
+    fig = V.fig_event_step(cow_story().events, 12, 4, 4)
+    assert not uncovered(fig)
+    for sh in fig.layout.shapes:  # the old drawing: the fill as high as the box, under the label
+        if sh.name == "fill" and sh.x1 - sh.x0 < 1:
+            sh.y1 = sh.y0 + 1
+    assert any("partly covered" in p for p in uncovered(fig))
+
+
+# ---------------------------------------------------------------- figures that hold still
+
+
+def still(fig):
+    return (fig.layout.height, tuple(fig.layout.xaxis.range), tuple(fig.layout.yaxis.range),
+            tuple(t.name for t in fig.data if t.showlegend is not False))
+
+
+@pytest.mark.parametrize("bm, num_blocks", [(seed_run(), 8), (cow_story(), 12)], ids=["03", "04"])
+def test_an_event_slider_keeps_the_figure_still(bm, num_blocks):
+    shapes = {still(V.fig_event_step(bm.events, num_blocks, 4, k)) for k in range(len(bm.events) + 1)}
+    assert len(shapes) == 1, shapes
+
+
+def test_the_block_table_playground_holds_still_while_its_sliders_move():
+    bounds = {"num_requests": (1, 12), "seed": (0, 9)}
+    for bs in (1, 4, 16):
+        shapes = {still(V.block_table_playground(bs, n, seed, bounds=bounds)) for n in (1, 6, 12) for seed in (0, 9)}
+        assert len(shapes) == 1, (bs, shapes)
+    # without bounds, only what these values need (a larger figure for more requests)
+    assert still(V.block_table_playground(4, 1)) != still(V.block_table_playground(4, 12, 3))
+
+
+def test_a_request_has_one_colour_in_every_figure():
+    """03 drew request A blue in its first figure and olive in the event slider's (where the eight
+    early requests came first)."""
+    bm = seed_run()
+    alone = V.fig_block_tables(bm, 4)
+    stepped = V.fig_event_step(bm.events, 8, 4, len(bm.events))
+    colour = {fig.layout.title.text: next(t.text[0] for t in fig.data if t.name == "tables") for fig in (alone, stepped)}
+    assert len(set(colour.values())) == 1 and "#1f77b4" in next(iter(colour.values()))

@@ -91,3 +91,13 @@ def test_tradeoff_panels_have_labelled_ticks_and_no_twin_axes():
     assert fig.layout.yaxis2.range[1] >= max(fig.data[1].y)
     with pytest.raises(ValueError, match="block_sizes"):
         K.fig_block_size_tradeoff(lens, block_sizes=())
+
+
+def test_tradeoff_playground_keeps_its_axes_while_the_sliders_move():
+    bounds = {"block_size": (1, 256), "mean_context": (16, 8192), "num_seqs": (1, 512)}
+    figs = [K.tradeoff_playground(b, m, n, bounds=bounds) for b, m, n in ((16, 512, 64), (256, 16, 1), (1, 8192, 512))]
+    assert len({(tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range), f.layout.height) for f in figs}) == 1
+    lo, hi = figs[0].layout.yaxis.range
+    for f in figs:
+        assert all(10 ** lo <= y <= 10 ** hi for y in f.data[0].y) and max(f.data[1].y) <= 100
+    assert K.tradeoff_playground(16, 512, 64).layout.yaxis.range is None  # without bounds: fitted

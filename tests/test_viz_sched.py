@@ -23,6 +23,10 @@ def test_lockers_draw_one_square_per_slot():
         V.fig_lockers({})
 
 
+def legend(fig):
+    return [t.name for t in sorted((t for t in fig.data if t.showlegend is not False), key=lambda t: t.legendrank)]
+
+
 def test_locker_playground_follows_the_sliders():
     fig = V.locker_playground()
     assert "5 inside, 1 waiting" in fig.layout.annotations[0].text  # the old manager
@@ -35,13 +39,24 @@ def test_locker_playground_follows_the_sliders():
         V.locker_playground(block_size=7)
     late = V.locker_playground(step=40)  # after everyone left: an empty wall
     assert "everyone left after round 8" in late.layout.annotations[0].text
-    assert [tr.name for tr in late.data] == ["free", "free"]
+    assert [tr.name for tr in late.data if tr.x and tr.x[0] is not None] == ["free", "free"]
+    assert legend(late) == [*"ABCDEF", "free"]  # the legend keeps everyone
+
+
+def test_locker_playground_holds_still_while_its_sliders_move():
+    bounds = {"num_slots": (24, 120)}
+    figs = [V.locker_playground(num_slots=n, step=k, bounds=bounds) for n in (24, 60, 120) for k in (0, 3, 40)]
+    assert len({(f.layout.height, tuple(f.layout.yaxis.range)) for f in figs}) == 1
+    assert len({tuple(legend(f)) for f in figs}) == 1
 
 
 def test_gantt_has_one_bar_per_stay_and_the_right_rounds():
     runs = windows()
     fig = V.fig_gantt(runs)
     assert len(fig.data) == sum(len(r.spans) for r in runs.values()) == 12
+    # windows are numbers on the axis, window 1 on top: their order holds in any language
+    assert list(fig.layout.yaxis.ticktext) == ["window 1", "window 2", "window 3"] and list(fig.layout.yaxis.tickvals) == [0, 1, 2]
+    assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]
     assert [a.text for a in fig.layout.annotations] == ["static: 8 rounds", "continuous: 6 rounds"]
     a_bars = [tr for tr in fig.data if tr.name == "A"]
     assert [tr.x[0] for tr in a_bars] == [6, 6]  # A holds a window for 6 rounds in both
@@ -63,10 +78,29 @@ def test_timeline_and_memory_bars():
     [pre] = [tr for tr in fig.data if tr.name == "preemption"]
     assert len(pre.x) == sum(1 for p in r.timeline["preempted"] if p)
     old = simulate(W.locker_story(), ContiguousAllocator(60, 12), {"max_num_seqs": 6})
-    bars = V.fig_memory_bars({"old": old, "new": r})
+    pool = V.fig_memory_bars({"old": old, "new": r}, share_of="pool")
     for i in range(2):
-        assert sum(tr.y[i] for tr in bars.data) == pytest.approx(100)
-    assert bars.data[0].y[0] == pytest.approx(100 * sum(old.timeline["used_slots"]) / (60 * old.makespan))
+        assert sum(tr.y[i] for tr in pool.data) == pytest.approx(100)
+    assert pool.data[0].y[0] == pytest.approx(100 * sum(old.timeline["used_slots"]) / (60 * old.makespan))
+    with pytest.raises(ValueError, match="share_of"):
+        V.fig_memory_bars({"old": old}, share_of="free")
+
+
+def test_memory_bars_show_what_their_title_asks_with_readable_labels():
+    """02's "Of the slots handed out, how many hold a token?" showed 71.2% for paging where the printout
+    said 98.4%: the bar divided by all slots, free ones included. By default it divides by the slots
+    handed out; a segment too thin for its label (paging's 1.6% empty) has it beside the bar."""
+    chat = W.long_tail(300, prompt_median=100, output_median=205, sigma=1.0, max_seq_len=2048, seed=0)
+    runs = {"contiguous": simulate(chat, ContiguousAllocator(16 * 2048, 2048), {"max_num_seqs": 256}),
+            "paged": simulate(chat, paged(2048, 16), {"max_num_seqs": 256})}
+    fig = V.fig_memory_bars(runs)
+    tokens = next(t for t in fig.data if t.name == "tokens")
+    assert list(tokens.y) == pytest.approx([100 * r.summary["utilization"] for r in runs.values()])
+    assert [t.name for t in fig.data] == ["tokens", "reserved, empty"]
+    empty = 100 - tokens.y[1]
+    assert 0 < empty < V.SMALL_SHARE and next(t for t in fig.data if t.name == "reserved, empty").text[1] == ""
+    [note] = fig.layout.annotations
+    assert note.text == f"{empty:.1f}% reserved, empty" and note.x > 1.3 and note.font.size >= 12
 
 
 def test_batching_playground_reports_both_makespans():
@@ -109,12 +143,18 @@ def test_playground_titles_fit_the_700px_widget():
 
 
 def test_batching_playground_keeps_its_axes_and_tells_the_preemptions_apart():
-    small, large = V.batching_playground(40, 8, 64, 16), V.batching_playground(60, 8, 64, 16)
-    s_small, s_large = (max(t.x[-1] for t in f.data if t.mode != "markers") for f in (small, large))
-    assert s_small != s_large  # the runs differ in length...
-    assert small.layout.xaxis.range == large.layout.xaxis.range  # ...but are read on the same scale
-    assert small.layout.xaxis.range[1] >= s_large
-    assert list(small.layout.yaxis.range) == [0, 8 * 1.05]
+    """05's x axis went from 0-500 to 0-1000 while a slider moved. Every axis is a share now: of the
+    slower run's steps, of the windows, of the pool."""
+    figs = [V.batching_playground(*a) for a in ((40, 8, 64, 16), (60, 8, 64, 16), (200, 1, 512, 16), (40, 64, 8, 1))]
+    axes = {(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range))
+            for f in figs}
+    assert len(axes) == 1
+    for f in figs:
+        lines = [t for t in f.data if t.mode != "markers"]
+        assert max(max(t.x) for t in lines) == pytest.approx(100) and all(max(t.y) <= 100 for t in lines)
+    small = figs[0]
+    assert "static 290 vs continuous 218 steps" in small.layout.title.text
+    assert small.layout.xaxis2.title.text == "time: % of the slower run's 290 steps"
     tight = V.batching_playground(40, 8, 16, 16)
     marks = [t for t in tight.data if t.mode == "markers"]
     assert len(marks) == 2 and len({(t.marker.color, t.marker.symbol) for t in marks}) == 2
@@ -128,11 +168,16 @@ def test_nice_ceil_rounds_up_to_a_stable_axis_end():
         V.nice_ceil(-1)
 
 
-def test_batching_readout_says_why():
-    roomy = V.batching_readout(None, 40, 8, 64, 16)
-    assert "covers 8 windows" in roomy and "no preemption" in roomy
+def test_batching_readout_says_what_limited_the_run():
+    """05 once read "holds fewer blocks than 11 windows ... need (88) → 0 preemptions": the readout names
+    what actually held the batch back."""
+    roomy = V.batching_readout(None, 40, 11, 64, 16)
+    assert "The 11 windows limited the batch" in roomy and "so no request was preempted" in roomy
+    assert "fewer blocks" not in roomy
     tight_runs = V.batching_runs(40, 8, 32, 16)
     tight = V.batching_readout(None, 40, 8, 32, 16)
-    n = tight_runs["continuous"].summary["num_preemptions"]
-    assert n > 0 and f"holds fewer blocks than 8 windows of 128-token requests need (64) → {n} preemptions" in tight
+    n, m = (tight_runs[k].summary["num_preemptions"] for k in ("continuous", "static"))
+    assert n > 0 and f"ran out of blocks as the requests grew: {n} preemptions (continuous), {m} (static)" in tight
     assert f"static {tight_runs['static'].makespan}" in tight
+    few = V.batching_readout(None, 5, 8, 64, 16)
+    assert "With 5 requests for 8 windows, nobody waited for a window" in few

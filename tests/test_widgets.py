@@ -46,9 +46,44 @@ def test_box_shows_controls_readout_and_figure():
     ctl = controls()
     box = interactive(bars, ctl)
     row, readout, view = box.children
-    assert list(row.children) == list(ctl.values())
+    assert [c.children[1] for c in row.children] == list(ctl.values())  # each control under its label
+    assert [c.children[0].value for c in row.children] == ["<span title='n'>n</span>", "<span title='s'>s</span>"]
     assert readout is box.readout and view is box.view
     assert box.readout.value == ""  # no readout function: stays empty
+
+
+def test_controls_sit_under_their_labels_with_room_to_move():
+    """A long description beside a slider left its track 0-60 px wide (03's seed slider showed none):
+    the label goes above, the control gets the box's whole width."""
+    slider = W.IntSlider(value=0, min=0, max=9, description="random seed (which requests)",
+                         style={"description_width": "initial"})
+    wide = W.SelectionSlider(options=[("a", 0), ("b", 1)], description="after event", layout=W.Layout(width="95%"))
+    toggles = W.ToggleButtons(options=["x", "y"], description="dtype")
+    box = interactive(lambda seed, step, mode: bars(1), {"seed": slider, "step": wide, "mode": toggles})
+    cells = box.children[0].children
+    assert all(widgets.CONTROL_CLASS in c._dom_classes for c in cells)
+    assert all(widgets.LABEL_CLASS in c.children[0]._dom_classes for c in cells)
+    assert cells[0].layout.width == widgets.CONTROL_WIDTH and slider.layout.width == "100%"
+    assert slider.style.description_width == "0px" and slider.description == "random seed (which requests)"
+    assert cells[1].layout.width == "100%"  # a slider meant to span the output keeps doing so
+    assert cells[2].layout.width == "auto"  # toggle buttons are as wide as their buttons
+
+
+def test_slider_bounds_reads_every_range():
+    ctl = {"n": W.IntSlider(min=1, max=30), "rate": W.FloatSlider(min=0.05, max=1.5),
+           "bs": W.Dropdown(options=[1, 4, 16]), "step": W.SelectionSlider(options=[("start", 0), ("3", 4)]),
+           "model": W.Dropdown(options=["a", "b"])}
+    assert widgets.slider_bounds(ctl) == {"n": (1, 30), "rate": (0.05, 1.5), "bs": (1, 16), "step": (0, 4)}
+
+
+def test_a_readout_can_be_a_sentence_and_a_table():
+    from paged_lab.viz.tables import table
+
+    shown = widgets.readout_html(["One sentence.", table([{"a": 1}])])
+    assert "<div>One sentence.</div>" in shown and "<table class='paged-lab-table'>" in shown
+    assert widgets.readout_html("plain") == "plain"
+    with pytest.raises(TypeError, match="readout part"):
+        widgets.readout_html(["ok", 3])
 
 
 def test_fixed_arguments_reach_the_figure_function():

@@ -222,7 +222,7 @@ def test_a_figure_is_translated_when_shown_and_its_data_kept(zh):
     fig = fig_kv_vs_gpu("llama-3.1-8b", "bfloat16", 4096, 32)
     shown = i18n.figure(fig)
     assert shown.layout.title.text == "llama-3.1-8b（bfloat16）：32 × 4,096 個 token 需要 17.2 GB 的 KV"
-    assert [tr.name for tr in shown.data][:3] == ["權重", "32 × 4,096 個 token 的 KV", "放不下的 KV"]
+    assert [tr.name for tr in shown.data][:3] == ["權重", "這些請求的 KV", "放不下的 KV"]
     assert [list(tr.y) for tr in shown.data] == [list(tr.y) for tr in fig.data]  # the numbers are untouched
     assert fig.layout.title.text.startswith("llama-3.1-8b (bfloat16): 17.2 GB")  # the original stays English
     assert not i18n.missing()
@@ -318,13 +318,17 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
     from paged_lab import exercises as X
 
     def stub(*args):
-        raise NotImplementedError(f"write {name}(): {ex.hint}")
+        raise NotImplementedError(X.stub_message(name))
+
+    def own(*args):
+        raise NotImplementedError("not today")
 
     for name, ex in X.EXERCISES.items():
-        stub.__name__ = name
-        wrong = X._failure(ex, ex.cases[0], "returned 0", generated=True)
-        for text in (X.check(stub, name).text, wrong, X._failure(ex, ex.cases[0], "returned 0", generated=False),
-                     f"{X.PASS} {name}: right on 3 fixed cases and 25 generated ones; it answers as the package does."):
+        stub.__name__ = own.__name__ = name
+        wrong = X._failure(ex, ex.cases[0], "returned 0")
+        for text in (X.check(stub, name).text, X.check(own, name).text, wrong,
+                     f"{X.PASS} {name}: right on 3 fixed cases and 25 generated ones; it answers as the package does.",
+                     f"{X.PASS} {name}: right on 1 fixed case and 1 generated one; it answers as the package does."):
             shown = X._shown(text)
             for line in shown.split("\n"):
                 if line.strip() and not line.strip().startswith(f"{name}("):  # the call: code, as typed
@@ -345,7 +349,7 @@ def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
     ex = X.EXERCISES["admit"]
     texts = [X._timed_out(ex, ex.cases[0], 10.0, generated=g) for g in (False, True)]
     for got in ("0", ["0"]):  # the answer itself of the wrong type, then an item of it
-        texts.append(X._failure(ex, ex.cases[0], X._compare(ex, [0], got), generated=False))
+        texts.append(X._failure(ex, ex.cases[0], X._compare(ex, [0], got)))
     for text in texts:
         for line in X._shown(text).split("\n"):
             if line.strip() and not line.strip().startswith("admit("):  # the call: code, as typed

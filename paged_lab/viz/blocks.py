@@ -12,23 +12,34 @@ waste in a last, half-empty block is visible. Nothing here mutates state; the ``
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+import math
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.memory import BlockManager, Event, PoolState, replay
+from paged_lab.memory.events import _Replayer
 from paged_lab.memory.scenarios import prefix_sharing_summary, random_requests
+from paged_lab.viz.colors import PALETTE, ink_for, seq_colors, seq_name
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-           "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE, CACHED, SHARED_EDGE = "#f2f2f2", "#c7c7c7", "#222222"
 SHARED_FILL = "#525252"  # a block several tables list has its own look, not its first owner's colour
 GAP = 0.25  # space between boxes, in box widths
+STRIP = 0.3  # a partly filled block: its fill is a bar this high along the box's bottom, its label above
+TINT_OPACITY = 0.15  # the rest of a partly filled box, in its owner's colour
+# The scale the layout is planned for: px per box at a plot this wide (JupyterLab at 1440 px and Colab
+# both give the figure about 900-1000 px), and the px a box gets from the figure's height.
+REF_PLOT_WIDTH, PX_PER_UNIT = 900, 38
+CHAR_PX = 0.62  # the width of a character of the labels' font, in font sizes (bold digits, Open Sans)
+TEXT_PX = 0.55  # the same for the block tables' text (regular weight, digits, commas and spaces)
 
 
 def _colors(order: Sequence[Hashable]) -> dict[Hashable, str]:
-    return {sid: PALETTE[i % len(PALETTE)] for i, sid in enumerate(order)}
+    return seq_colors(order)
 
 
 def seq_order(events: Iterable[Event]) -> list[Hashable]:
@@ -44,55 +55,156 @@ def _as_state(state: PoolState | BlockManager) -> PoolState:
     return state.state() if isinstance(state, BlockManager) else state
 
 
+TABLE_CHARS = 40  # a longer block table is shown as its first and last entries (all of it on hover)
+
+
+def _shown_table(table: Sequence[int]) -> str:
+    """``[7, 1, 3]``; a table too long for the figure keeps its ends: ``[11, 10, 9, …, 0] (20)``."""
+    text = str(list(table))
+    if len(text) <= TABLE_CHARS:
+        return text
+    head = []
+    for b in table[:-1]:
+        if len(", ".join(map(str, head + [b]))) + len(str(table[-1])) + 12 > TABLE_CHARS:
+            break
+        head.append(b)
+    return f"[{', '.join(map(str, head))}, …, {table[-1]}] ({len(table)})"
+
+
+def _table_text(sid: Hashable, table: Sequence[int]) -> str:
+    return f"{seq_name(sid)}: {_shown_table(table)}"
+
+
+@dataclass(frozen=True)
+class BlockFrame:
+    """What a series of block-table figures must make room for: sequence rows, logical blocks in the
+    longest table, the widest table text, and the legend's kinds. Figures drawn in one frame (every
+    step of a log, every position of a slider) keep their size and their axes."""
+
+    rows: int = 1
+    logical: int = 1
+    table_chars: int = 4
+    shared: bool = False  # some block is held by more than one table
+    cached: bool = False  # some free block still holds cached content
+
+    @classmethod
+    def of(cls, state: PoolState | BlockManager) -> BlockFrame:
+        state = _as_state(state)
+        return cls(rows=max(1, len(state.tables)),
+                   logical=max([1] + [len(t) for t in state.tables.values()]),
+                   table_chars=max([4] + [len(_table_text(s, t)) for s, t in state.tables.items()]),
+                   shared=any(r > 1 for r in state.refcounts),
+                   cached=any(not state.refcounts[b] for b in state.cached))
+
+    def __or__(self, other: BlockFrame) -> BlockFrame:
+        return BlockFrame(max(self.rows, other.rows), max(self.logical, other.logical),
+                          max(self.table_chars, other.table_chars), self.shared or other.shared,
+                          self.cached or other.cached)
+
+
+def frame_of(states: Iterable[PoolState | BlockManager]) -> BlockFrame:
+    """The frame that holds every one of ``states``."""
+    frame = None
+    for st in states:
+        frame = BlockFrame.of(st) if frame is None else frame | BlockFrame.of(st)
+    return frame or BlockFrame()
+
+
+def frame_of_log(events: Sequence[Event], num_blocks: int) -> BlockFrame:
+    """The frame that holds the pool after every prefix of ``events`` (each step of an event slider)."""
+    pool = _Replayer(num_blocks)
+    frame = BlockFrame.of(pool.state)
+    for ev in events:
+        pool.apply(ev)
+        frame = frame | BlockFrame.of(pool.state)
+    return frame
+
+
+def _label_px(text: str, size: float) -> tuple[float, float]:
+    """About how wide and tall a label is drawn, in px (its tags removed, one line per ``<br>``)."""
+    lines = re.sub(r"<(?!br)[^>]+>", "", text).split("<br>")
+    return CHAR_PX * size * max(len(line) for line in lines), 1.25 * size * len(lines)
+
+
 def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: str | None = None,
                      cols: int = 8, order: Sequence[Hashable] | None = None,
-                     highlight: Iterable[int] = (), max_arrows_seqs: int = 12) -> go.Figure:
+                     highlight: Iterable[int] = (), max_arrows_seqs: int = 12,
+                     frame: BlockFrame | None = None, highlight_name: str | None = None) -> go.Figure:
     """Logical blocks -> block table -> physical pool, for every live sequence.
 
-    ``order`` fixes the colour of each sequence (default: the order of ``state.tables``).
-    ``highlight`` outlines physical blocks in red (e.g. the blocks the last event touched).
-    In the pool, a white box is free, a light grey box is free but still holds cached content, and a
-    dark grey box with a thick black edge is shared by more than one table (its refcount is written
-    in it). A label sits in white on a filled box and in black on an empty one. Arrows from each table
-    to its blocks (for up to ``max_arrows_seqs`` sequences) run left of the pool and then along the
-    gap under the target's row, so they never cross another block.
+    A request's colour follows from its id (``viz.colors``), the same in every figure. ``order``
+    lists the sequences top to bottom (default: the order of ``state.tables``). ``highlight``
+    outlines physical blocks in red, with a legend entry ``highlight_name`` when given. ``frame``
+    (``BlockFrame``) is the room the figure keeps: every figure drawn in one frame has the same size
+    and axes, so a slider that steps through a log moves the blocks, not the picture.
+
+    A full block is a box in its owner's colour, its label in white or dark ink, whichever reads better
+    on that colour (``viz.colors.ink_for``); a partly filled one keeps
+    its label on a pale tint of that colour, above a bar along its bottom whose length is the share
+    of its slots that hold tokens, so no fill is ever drawn under a label. In the pool a white box is
+    free, a grey one is free but still holds cached content, and a dark grey box with a thick black
+    edge is shared by more than one table (``2 ×3``: block 2, three tables). Arrows from each table to
+    its blocks (for up to ``max_arrows_seqs`` sequences) run left of the pool and then along the gap
+    under the target's row, so they never cross another block.
     """
     state = _as_state(state)
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
+    frame = (frame or BlockFrame.of(state)) | BlockFrame.of(state)
     order = list(order or []) + [s for s in state.tables if s not in (order or [])]
     color = _colors(order)
     fill = state.fill(block_size)
     owners = state.owners()
     highlight = set(highlight)
     seqs = [s for s in order if s in state.tables]
-    max_logical = max((len(state.tables[s]) for s in seqs), default=1)
     step = 1 + GAP
-    x_table = max_logical * step + 0.4  # where the block table text starts
-    widest = max((len(str(s)) + len(str(state.tables[s])) for s in seqs), default=4)
-    x_pool = x_table + 0.16 * widest + 2.0  # where the pool grid starts
+    row_step = 1 + 2.5 * GAP  # pool rows are spaced out: arrows reach each block along the gap below it
     pool_rows = -(-state.num_blocks // cols)
+    top = 3.0
+    bottom = min(-(frame.rows - 1) * step, 1.2 - (pool_rows - 1) * row_step) - 0.3
+    x_table = frame.logical * step + 0.4  # where the block table text starts
+    # The table text is the one thing whose width is in px, not in boxes: plan for the scale the
+    # figure will have (its height sets PX_PER_UNIT; a narrow output can lower it to fit the width).
+    fixed = x_table + 2.0 + cols * step + 0.3 + 0.3  # everything but the table text
+    text_px = TEXT_PX * 12 * (frame.table_chars + 3)  # + the colour square
+    scale = min(PX_PER_UNIT, (REF_PLOT_WIDTH - text_px) / fixed)
+    x_pool = x_table + text_px / scale + 2.0  # where the pool grid starts
+    x_range = [-0.3, x_pool + cols * step + 0.3]
     fig = go.Figure()
     shapes, arrows = [], []
-    labels: dict[str, list[list]] = {g: [[], [], [], [], []] for g in ("pool", "logical", "tables")}  # x, y, text, hover, colour
+    labels: dict[str, list[list]] = {g: [[], [], [], [], [], []] for g in ("pool", "logical", "tables")}
 
-    def box(x, y, frac, fillcolor, edge="#999999", width=1):
+    def label_size(texts: Iterable[str], room: float) -> int | None:
+        """The largest font (12 down to 8 px) at which each of ``texts`` fits ``room`` boxes wide and
+        above a partly filled block's bar; None when even 8 px does not (then the labels are left out:
+        the hover still tells)."""
+        for size in (12, 11, 10, 9, 8):
+            if all(_label_px(t, size)[0] <= room * scale - 4 and _label_px(t, size)[1] <= (1 - STRIP) * scale - 2
+                   for t in texts):
+                return size
+        return None
+
+    def block(x, y, frac, fillcolor, text, hover, group, edge="#999999", width=1):
+        """A box, its fill and its label: full -> fill and white label; partial -> tint, bottom bar and
+        a dark label above the bar; empty -> white box, dark label."""
         shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(color=edge, width=width),
-                           fillcolor="white", layer="below"))
-        if frac > 0:
-            shapes.append(dict(type="rect", x0=x, x1=x + frac, y0=y, y1=y + 1, line=dict(width=0),
-                               fillcolor=fillcolor, layer="below"))
-
-    def label(group, x, y, t, h, frac=0.0):
-        ink = "white" if frac >= 0.5 else "#222222"  # the label's centre sits on the fill when frac >= 0.5
-        for column, value in zip(labels[group], (x, y, t, h, ink)):
+                           fillcolor="white", layer="below", name="box"))
+        if frac >= 1:
+            shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(width=0),
+                               fillcolor=fillcolor, layer="below", name="fill"))
+            ink, ly = ink_for(fillcolor), y + 0.5
+        elif frac > 0:
+            shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(width=0), fillcolor=fillcolor,
+                               opacity=TINT_OPACITY, layer="below", name="tint"))
+            shapes.append(dict(type="rect", x0=x, x1=x + frac, y0=y, y1=y + STRIP, line=dict(width=0),
+                               fillcolor=fillcolor, layer="below", name="fill"))
+            ink, ly = "#222222", y + STRIP + (1 - STRIP) / 2
+        else:
+            ink, ly = "#222222", y + 0.5
+        for column, value in zip(labels[group], (x + 0.5, ly, text, hover, ink, None)):
             column.append(value)
 
-    # physical pool: block b at column b % cols, row b // cols (row 0 at the top). The grid sits
-    # a little higher than the sequences and its rows are spaced out, so that arrows reach each
-    # block's bottom edge between the rows instead of running through other blocks.
-    row_step = 1 + 2.5 * GAP
-
+    # physical pool: block b at column b % cols, row b // cols (row 0 at the top)
     def pool_xy(b):
         return x_pool + (b % cols) * step, 1.2 - (b // cols) * row_step
 
@@ -100,22 +212,19 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     for b in range(state.num_blocks):
         x, y = pool_xy(b)
         rc = state.refcounts[b]
+        red = b in highlight
         if rc:
-            first = owners[b][0]
             shared = rc > 1
-            frac = fill[b] / block_size
-            box(x, y, frac, SHARED_FILL if shared else color.get(first, PALETTE[-1]),
-                edge="red" if b in highlight else (SHARED_EDGE if shared else "#999999"),
-                width=3 if shared or b in highlight else 1)
-            label("pool", x + 0.5, y + 0.5, f"<b>{b}</b>" + (f"<br>x{rc}" if shared else ""),
+            block(x, y, fill[b] / block_size, SHARED_FILL if shared else color.get(owners[b][0], PALETTE[-1]),
+                  f"<b>{b}</b>" + (f" ×{rc}" if shared else ""),
                   f"block {b}: {fill[b]}/{block_size} slots, refcount {rc}, held by "
-                  + ", ".join(map(str, owners[b])), frac)
+                  + ", ".join(seq_name(o) for o in owners[b]), "pool",
+                  edge="red" if red else (SHARED_EDGE if shared else "#999999"), width=3 if shared or red else 1)
         else:
             cached = b in state.cached
-            box(x, y, 1.0 if cached else 0.0, CACHED, edge="red" if b in highlight else "#bbbbbb",
-                width=3 if b in highlight else 1)
-            label("pool", x + 0.5, y + 0.5, str(b), f"block {b}: free ({'cached content, ' if cached else ''}"
-                  f"#{free_rank.get(b, 0) + 1} in the free queue)")
+            block(x, y, 1.0 if cached else 0.0, CACHED, str(b),
+                  f"block {b}: free ({'cached content, ' if cached else ''}#{free_rank.get(b, 0) + 1} in the free queue)",
+                  "pool", edge="red" if red else "#bbbbbb", width=3 if red else 1)
 
     # sequences: logical blocks, then the table; arrows run from the table to the pool
     for row, sid in enumerate(seqs):
@@ -123,52 +232,59 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         table = state.tables[sid]
         n = state.num_tokens[sid]
         for j, b in enumerate(table):
-            x = j * step
             k = max(0, min(block_size, n - j * block_size))
-            box(x, y, k / block_size, color[sid])
-            label("logical", x + 0.5, y + 0.5, f"L{j}", f"{sid}: logical block {j} -> physical {b} ({k}/{block_size} tokens)",
-                  k / block_size)
-        text = f"<b>{sid}</b>: {table}"
-        label("tables", x_table, y + 0.5, text, f"{sid}: {n} tokens, block table {table}")
-        tail = x_table + 0.16 * (len(str(sid)) + len(str(table)) + 2)  # about where the text ends
+            block(j * step, y, k / block_size, color[sid], f"L{j}",
+                  f"{seq_name(sid)}: logical block {j} -> physical {b} ({k}/{block_size} tokens)", "logical")
+        text = f"<span style='color:{color[sid]}'>■</span> <b>{seq_name(sid)}</b>: {_shown_table(table)}"
+        for column, value in zip(labels["tables"], (x_table, y + 0.5, text, f"{seq_name(sid)}: {n} tokens, "
+                                                    f"block table {table}", "#222222", None)):
+            column.append(value)
+        tail = x_table + TEXT_PX * 12 * (len(_table_text(sid, table)) + 3.5) / scale  # about where the text ends
         lane = 0.15 + 0.3 * (row % 4) / 3  # each sequence its own lane in the gap, below the target row
         for b in table if len(seqs) <= max_arrows_seqs else ():
             px, py = pool_xy(b)
             gy = py - (row_step - 1) * lane
             shapes.append(dict(type="path", path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
-                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above"))
+                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above", name="arrow"))
             arrows.append(dict(x=px + 0.5, y=py, ax=px + 0.5, ay=gy, xref="x", yref="y", axref="x",
                                ayref="y", showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.2,
                                arrowcolor=color[sid], opacity=0.8, text=""))
 
-    for group, (xs, ys, ts, hs, inks) in labels.items():
+    sizes = {"pool": label_size(labels["pool"][2], 1.0), "logical": label_size(labels["logical"][2], 1.0),
+             "tables": 12}
+    for group, (xs, ys, ts, hs, inks, _) in labels.items():
+        if sizes[group] is None:  # boxes too small for any label (blocks of one token): hover only
+            ts, sizes[group] = [""] * len(ts), 8
         fig.add_trace(go.Scatter(x=xs, y=ys, text=ts, hovertext=hs, mode="text", hoverinfo="text",
                                  textposition="middle right" if group == "tables" else "middle center",
-                                 textfont=dict(size=12, color="#222222" if group == "tables" else inks),
-                                 showlegend=False, name=group))
-    kinds = [(str(sid), color[sid], "#999999") for sid in seqs]  # legend entries only
-    if any(r > 1 for r in state.refcounts):
-        kinds.append(("shared (x refcount)", SHARED_FILL, SHARED_EDGE))
-    if state.cached and any(not state.refcounts[b] for b in state.cached):
+                                 textfont=dict(size=sizes[group], color=inks), showlegend=False, name=group))
+    kinds = []  # the legend: the same entries in every figure of a frame
+    if frame.shared:
+        kinds.append(("shared (× refcount)", SHARED_FILL, SHARED_EDGE))
+    if frame.cached:
         kinds.append(("free, content still cached", CACHED, "#bbbbbb"))
     kinds.append(("free", "white", "#bbbbbb"))
     for name, fillcolor, edge in kinds:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(symbol="square", size=12, color=fillcolor, line=dict(color=edge, width=1))))
-    heads = [dict(x=max_logical * step / 2, y=1.6, text="logical blocks", showarrow=False),
-             dict(x=x_table + 1.2, y=1.6, text="block table", showarrow=False),
+    if highlight_name:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=highlight_name,
+                                 marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
+    heads = [dict(x=frame.logical * step / 2 - GAP / 2, y=1.6, text="logical blocks", showarrow=False),
+             dict(x=x_table, y=1.6, text="block table", showarrow=False, xanchor="left"),
              dict(x=x_pool + cols * step / 2, y=2.8, text=f"physical pool ({state.num_blocks} blocks)",
                   showarrow=False)]
-    bottom = min(-(len(seqs) - 1) * step, 1.2 - (pool_rows - 1) * row_step) - 0.3
-    rows = (3.0 - bottom) / step
     fig.update_layout(
         title=title or f"{len(seqs)} sequence(s), {sum(1 for r in state.refcounts if r)} of "
                        f"{state.num_blocks} blocks used",
         shapes=shapes, annotations=arrows + heads, plot_bgcolor="white",
-        height=120 + 48 * rows, margin=dict(t=70, b=10, l=10, r=10),
-        xaxis=dict(visible=False, range=[-0.3, x_pool + cols * step]),
-        yaxis=dict(visible=False, range=[bottom, 3.0], scaleanchor="x"),
-        legend=dict(orientation="h", y=-0.02),
+        # two title lines always (titles wrap at viz.widgets.TITLE_CHARS), so a longer title never
+        # moves the plot; the plot's height gives each box PX_PER_UNIT px
+        height=round(PX_PER_UNIT * (top - bottom)) + 100 + 50, margin=dict(t=100, b=50, l=10, r=10),
+        xaxis=dict(visible=False, range=x_range, constrain="domain"),
+        yaxis=dict(visible=False, range=[bottom, top], scaleanchor="x", constrain="domain"),
+        legend=dict(orientation="h", x=0, y=0, yanchor="top", yref="paper"),
+        meta={"px_per_unit": scale},  # the scale the labels were sized for (tests read it)
     )
     return fig
 
@@ -178,7 +294,8 @@ def fig_event_step(events: Sequence[Event], num_blocks: int, block_size: int, st
     """The pool after the first ``step`` events (0: empty), titled with the last event applied.
 
     Events are numbered from 0, as ``Event.index`` and the printed log number them: ``step = k + 1``
-    shows the pool right after event ``k``. ``event_slider(events)`` labels a slider that way."""
+    shows the pool right after event ``k``. ``event_slider(events)`` labels a slider that way. Every
+    step is drawn in the frame of the whole log, so the figure keeps its size as the slider moves."""
     if not 0 <= step <= len(events):
         raise ValueError(f"step must be in [0, {len(events)}], got {step}")
     state = replay(events, num_blocks, upto=step)
@@ -187,7 +304,8 @@ def fig_event_step(events: Sequence[Event], num_blocks: int, block_size: int, st
     title = (f"after event {ev.index} (of 0–{last}): {ev.describe()}" if ev
              else f"before event 0 (of 0–{last}): the empty pool")
     return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
-                            highlight=ev.block_ids if ev else ())
+                            highlight=ev.block_ids if ev else (), frame=frame_of_log(events, num_blocks),
+                            highlight_name="red: the blocks this event touched")
 
 
 def event_slider(events: Sequence[Event], after: int | None = None):
@@ -237,26 +355,43 @@ def fig_free_queue(state: PoolState | BlockManager, title: str = "The free queue
     return fig
 
 
-def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, user_len: int = 12
-                       ) -> go.Figure:
-    """``k`` requests with one system prompt: blocks used without and with prefix caching.
+def _blocks(n: int) -> str:
+    return f"{n:,} block" + ("" if n == 1 else "s")
 
-    The bars are drawn as a share of the blocks without sharing, on an axis that never moves: as a
-    slider changes, the green bar itself grows or shrinks (the labels keep the block counts)."""
+
+def _blocks_axis_top(bounds: Mapping[str, tuple[int, int]] | None, k: int, system_len: int, block_size: int,
+                     user_len: int) -> int:
+    """The most blocks without sharing any position of the ``k`` and ``system_len`` sliders gives
+    (their ``bounds``), at this block size."""
+    b = bounds or {}
+    k_hi, sys_hi = b.get("k", (k, k))[1], b.get("system_len", (system_len, system_len))[1]
+    return max(1, int(max(k, k_hi)) * -(-(int(max(system_len, sys_hi)) + user_len) // block_size))
+
+
+def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, user_len: int = 12,
+                       bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
+    """``k`` requests with one system prompt: physical blocks in use without and with prefix caching.
+
+    The bars are block counts on a log axis (labelled 1, 10, 100, ...: equal steps are equal ratios)
+    that reaches the most blocks the ``k`` and ``system_len`` sliders' ``bounds`` can give at this
+    block size (``viz.widgets.slider_bounds``; without bounds, these values): the axis stays put while
+    those sliders move, and every step of theirs moves the bars."""
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
     names = ["without sharing", "with prefix caching"]
     used = [s["blocks_without_sharing"], s["blocks_with_sharing"]]
-    fig = go.Figure(go.Bar(x=names, y=[u / used[0] for u in used], marker_color=["#7f7f7f", "#2ca02c"],
-                           text=[f"{u} blocks" for u in used], textposition="outside",
-                           hovertext=[f"{u} blocks, {u / used[0]:.0%} of the blocks without sharing" for u in used],
+    top = math.log10(1.4 * _blocks_axis_top(bounds, k, system_len, block_size, user_len))  # room for the label
+    decades = math.floor(top)
+    fig = go.Figure(go.Bar(x=names, y=used, marker_color=["#7f7f7f", "#2ca02c"],
+                           text=[_blocks(u) for u in used], textposition="outside", cliponaxis=False,
+                           hovertext=[f"{_blocks(u)}, {u / used[0]:.0%} of the blocks without sharing" for u in used],
                            hoverinfo="text"))
     saved = 1 - used[1] / used[0]
     fig.update_layout(
         title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
               f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
-        yaxis=dict(title="physical blocks in use<br>(share of without sharing)", range=[0, 1.2],
-                   tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1]),
-        height=380, margin=dict(t=90, b=40))
+        yaxis=dict(title="physical blocks in use (log scale)", type="log", range=[-0.3, top],
+                   tickvals=[10**d for d in range(decades + 1)], ticktext=[f"{10**d:,}" for d in range(decades + 1)]),
+        height=400, margin=dict(t=90, b=40))
     return fig
 
 
@@ -312,9 +447,24 @@ def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int]) -> l
     return rows
 
 
+def _bound(bounds, name: str, value: int) -> range:
+    lo, hi = (bounds or {}).get(name, (value, value))
+    return range(int(lo), int(hi) + 1)
+
+
+@lru_cache(maxsize=64)
+def _playground_frame(block_size: int, num_blocks: int, requests: range, seeds: range) -> BlockFrame:
+    return frame_of(random_requests(n, block_size, num_blocks=num_blocks, seed=s)[0]
+                    for n in requests for s in seeds)
+
+
 def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int = 0,
-                           num_blocks: int = 32) -> go.Figure:
-    """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables."""
+                           num_blocks: int = 32, bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
+    """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables.
+
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9)}``)
+    are the sliders' ranges: the figure makes room for the most sequences and the longest table any
+    of their positions gives at this block size, so it holds still while they move."""
     bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
     tokens = sum(bm.num_tokens(s) for s in bm.seq_ids)
     slots = bm.num_used_blocks * block_size
@@ -322,7 +472,9 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
     title = (f"block_size={block_size}: {len(bm.seq_ids)} running, {tokens} tokens in "
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
-    return fig_block_tables(bm, block_size, title=title, cols=8)
+    frame = _playground_frame(block_size, num_blocks, _bound(bounds, "num_requests", num_requests),
+                              _bound(bounds, "seed", seed))
+    return fig_block_tables(bm, block_size, title=title, cols=8, frame=frame)
 
 
 def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6, seed: int = 0,

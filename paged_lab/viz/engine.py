@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.memory import Event, replay
-from paged_lab.viz.blocks import fig_block_tables, seq_order
+from paged_lab.viz.blocks import fig_block_tables, frame_of_log, seq_order
+from paged_lab.viz.colors import seq_name
 
 
 def events_until_step(events: Sequence[Event], step: int) -> int:
@@ -30,7 +31,9 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
                     timeline: Sequence[Mapping] | None = None, cols: int = 16) -> go.Figure:
     """Block tables and the physical pool at the end of engine step ``step`` (replayed from the log).
 
-    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran."""
+    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran. Every step is
+    drawn in the frame of the whole run (``viz.blocks.frame_of_log``): the figure holds still while a
+    slider steps through it. Requests are named ``request 4``, not ``4``."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     upto = events_until_step(events, step)
@@ -44,12 +47,13 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
         if t["num_preempted"]:
             title += f", {t['num_preempted']} preempted"
     touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
-    fig = fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
-                           max_arrows_seqs=6)
-    if touched:  # the red outline gets a legend entry like every colour
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"touched in step {step}",
-                                 marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
-    return fig
+    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
+                            max_arrows_seqs=6, frame=frame_of_log(events, num_blocks),
+                            highlight_name="red: touched in this step")
+
+
+def _blocks(n: int) -> str:
+    return f"{n} block" + ("" if n == 1 else "s")
 
 
 def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int, block_size: int) -> str:
@@ -58,16 +62,16 @@ def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], st
     if not 0 <= step < len(timeline):
         raise ValueError(f"step must be in [0, {len(timeline) - 1}], got {step}")
     now = [ev for ev in events if ev.clock == step]
-    admitted = [f"{ev.seq_id} ({len(ev.block_ids)} blocks for its {ev.num_tokens}-token prompt)"
+    admitted = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))} for its {ev.num_tokens}-token prompt)"
                 for ev in now if ev.kind == "allocate"]
-    grew = [ev.seq_id for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
-    freed = [f"{ev.seq_id} ({len(ev.block_ids)} blocks)" for ev in now if ev.kind == "free"]
+    grew = [seq_name(ev.seq_id) for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
+    freed = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))})" for ev in now if ev.kind == "free"]
     t = timeline[step]
     parts = [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode"]
     if admitted:
         parts.append("admitted " + ", ".join(admitted))
     if grew:
-        parts.append(f"a full last block → a new block for {', '.join(map(str, grew))}")
+        parts.append(f"a full last block → a new block for {', '.join(grew)}")
     if freed:
         parts.append("finished, blocks back to the pool: " + ", ".join(freed))
     if t["num_preempted"]:
@@ -132,17 +136,35 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
 
 def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predicted (roofline) against measured"
                   ) -> go.Figure:
-    """One marker per (batch size, context length) row of ``engine.step_model.measure_decode_steps``,
-    predicted on x and measured on y, in ms; the diagonal is a perfect prediction."""
-    xs = [1e3 * r["predicted_s"] for r in rows]
-    ys = [1e3 * r["measured_s"] for r in rows]
-    top = max(xs + ys) * 1.1
-    fig = go.Figure(go.Scatter(x=[0, top], y=[0, top], mode="lines", line=dict(color="#999", dash="dash"),
-                               name="measured = predicted"))
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", name="decode steps", marker=dict(size=10),
-                             text=[f"{r['batch_size']} seq × {r['context_len']}" for r in rows],
-                             textposition="top center"))
-    fig.update_xaxes(title_text="predicted (ms): max(bytes / bandwidth, FLOPs / matmul rate)", range=[0, top])
-    fig.update_yaxes(title_text="measured (ms), the engine's timeline", range=[0, top])
-    fig.update_layout(title=title, height=460)
+    """Step time (ms) against the number of sequences in the batch, one colour per context length:
+    measured (solid, from ``engine.step_model.measure_decode_steps``) beside predicted (dashed, the
+    roofline). On this axis every shape has a place of its own, and "8 sequences cost about what 1
+    costs" reads as a flat line."""
+    if not rows:
+        raise ValueError("rows is empty: run measure_decode_steps(...) first")
+    contexts = sorted({r["context_len"] for r in rows})
+    batches = sorted({r["batch_size"] for r in rows})
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+    fig = go.Figure()
+    for i, ctx in enumerate(contexts):
+        mine = sorted((r for r in rows if r["context_len"] == ctx), key=lambda r: r["batch_size"])
+        color = colors[i % len(colors)]
+        dodge = 0.12 * (i - (len(contexts) - 1) / 2)  # side by side, not on top of each other
+        x = [r["batch_size"] + dodge for r in mine]
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * r["measured_s"] for r in mine], mode="lines+markers",
+                                 name=f"measured, {ctx} tokens of context", line=dict(color=color),
+                                 marker=dict(size=9), legendgroup=str(ctx),
+                                 customdata=[r["batch_size"] for r in mine],
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms measured<extra></extra>"))
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * r["predicted_s"] for r in mine], mode="lines+markers",
+                                 name=f"predicted, {ctx} tokens of context", legendgroup=str(ctx),
+                                 line=dict(color=color, dash="dash"), marker=dict(size=7, symbol="circle-open"),
+                                 customdata=[r["batch_size"] for r in mine],
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms predicted<extra></extra>"))
+    top = max(1e3 * max(r["measured_s"], r["predicted_s"]) for r in rows) * 1.15
+    fig.update_xaxes(title_text="sequences in the batch (one decode step)", tickvals=batches,
+                     range=[min(batches) - 0.6, max(batches) + 0.6])
+    fig.update_yaxes(title_text="step time (ms)", range=[0, top], rangemode="tozero")
+    fig.update_layout(title=title, height=440, legend=dict(orientation="h", y=-0.2, yanchor="top"),
+                      margin=dict(t=70, b=40))
     return fig

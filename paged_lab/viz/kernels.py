@@ -71,10 +71,12 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 
 
 def fig_block_size_tradeoff(context_lens: Sequence[int], block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
-                            highlight: int | None = None) -> go.Figure:
+                            highlight: int | None = None, lookups_range: tuple[float, float] | None = None,
+                            waste_top: float | None = None) -> go.Figure:
     """Two panels over the same block sizes: table entries (lookups) per sequence, and the share of
     slots left empty in last blocks. Side by side, not on twin axes: two curves with different units
-    on one plot seem to cross at a point that means nothing."""
+    on one plot seem to cross at a point that means nothing. ``lookups_range`` (entries, low and high)
+    and ``waste_top`` (%) fix the axes, as a playground does for every position of its sliders."""
     if not block_sizes or min(block_sizes) < 1:
         raise ValueError(f"block_sizes must be a non-empty list of sizes >= 1, got {list(block_sizes)}")
     costs = [block_size_cost(context_lens, b) for b in block_sizes]
@@ -92,11 +94,14 @@ def fig_block_size_tradeoff(context_lens: Sequence[int], block_sizes: Sequence[i
     sizes = [str(b) for b in block_sizes]
     fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=sizes, minor=dict(ticks="", showgrid=False),
                      title_text="block size (tokens per block)")
-    ticks = _log_ticks(min(lookups), max(lookups))
+    lo, hi = lookups_range or (min(lookups), max(lookups))
+    ticks = _log_ticks(lo, hi)
     fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in ticks],
                      minor=dict(ticks="", showgrid=False), title_text="entries per sequence (log scale)",
                      row=1, col=1)
-    top = 10 * math.ceil(max(waste + [1.0]) / 10)  # whole tens: 0, 10, 20, ... percent
+    if lookups_range:
+        fig.update_yaxes(range=[math.log10(lo) - 0.1, math.log10(hi) + 0.1], row=1, col=1)
+    top = waste_top or 10 * math.ceil(max(waste + [1.0]) / 10)  # whole tens: 0, 10, 20, ... percent
     fig.update_yaxes(range=[0, top], dtick=10 if top <= 60 else 20, ticksuffix="%", title_text="empty slots",
                      row=1, col=2)
     title = f"Block-size trade-off over {len(context_lens)} sequences ({sum(context_lens):,} tokens)"
@@ -113,9 +118,18 @@ def sample_context_lens(num_seqs: int, mean_context: int, seed: int = 0) -> list
     return [rng.randint(lo, hi) for _ in range(num_seqs)]
 
 
-def tradeoff_playground(block_size: int, mean_context: int, num_seqs: int, seed: int = 0) -> go.Figure:
-    """Slider entry point: the trade-off for a sampled workload, with ``block_size`` marked."""
-    return fig_block_size_tradeoff(sample_context_lens(num_seqs, mean_context, seed), highlight=block_size)
+def tradeoff_playground(block_size: int, mean_context: int, num_seqs: int, seed: int = 0,
+                        bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
+    """Slider entry point: the trade-off for a sampled workload, with ``block_size`` marked.
+
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``): with the ``mean_context`` slider's range the
+    axes hold every position (from 1 table entry to one per token of the longest context; empty slots
+    up to 100%), so the sliders move the curves, not the axes."""
+    lens = sample_context_lens(num_seqs, mean_context, seed)
+    if not bounds or "mean_context" not in bounds:
+        return fig_block_size_tradeoff(lens, highlight=block_size)
+    longest = max(1, int(bounds["mean_context"][1]) * 3 // 2)  # a table has at least 1 entry, at most this many
+    return fig_block_size_tradeoff(lens, highlight=block_size, waste_top=100, lookups_range=(1, longest))
 
 
 def tradeoff_readout(fig=None, *, block_size: int, mean_context: int, num_seqs: int, seed: int = 0) -> str:

@@ -133,7 +133,8 @@ def fig_kv_vs_gpu(
         fits.append(plan.max_seqs)
     fig = go.Figure()
     fig.add_bar(x=labels, y=weights, name="weights", marker_color="#7f7f7f")
-    fig.add_bar(x=labels, y=kv_fit, name=f"KV of {num_requests} x {context_len:,} tokens", marker_color="#1f77b4")
+    # the title says how many: a legend entry whose text followed the sliders changed the legend's width
+    fig.add_bar(x=labels, y=kv_fit, name="KV of the requests", marker_color="#1f77b4")
     fig.add_bar(x=labels, y=kv_over, name="KV that does not fit", marker_color="#d62728")
     fig.add_bar(x=labels, y=free, name="free", marker_color="rgba(44,160,44,0.25)")
     fig.add_scatter(
@@ -155,9 +156,10 @@ def fig_kv_vs_gpu(
         title=f"{spec.name} ({canonical_dtype(dtype)}): {need:,.1f} GB of KV for {num_requests} x {context_len:,} tokens",
         xaxis_title="GPU memory size",
         yaxis=dict(title="memory (GB)", range=[0, top]),
-        height=440,
-        legend=dict(orientation="h", y=-0.2),
-        margin=dict(t=60),
+        height=470,
+        # above the plot: below it, the legend sat on the axis title until the first re-draw
+        legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+        margin=dict(t=120, b=60),
         font=dict(size=13),
     )
     return fig

@@ -6,20 +6,36 @@ the sweep for the numbers the sliders pick (cached per point), then draws.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.sched.sweep import DESIGNS, LABELS, RATES, CurvePoint, latency_sweep, saturation
+from paged_lab.viz.tables import table
 
 COLORS = {"static": "#ff7f0e", "contiguous": "#9467bd", "paged": "#1f77b4"}
 
 
+@dataclass(frozen=True)
+class CurveAxes:
+    """Fixed axis ranges for the throughput-latency figure: output tokens per step, p90 TTFT (steps,
+    drawn on a log axis) and p99 ITL (steps)."""
+
+    tokens_per_step: float
+    ttft: float
+    itl: float
+
+
 def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float | None = None,
-                           title: str = "Throughput against latency, one point per arrival rate") -> go.Figure:
+                           title: str = "Throughput against latency, one point per arrival rate",
+                           axes: CurveAxes | None = None) -> go.Figure:
     """Two panels sharing the x axis (output tokens per step): p90 TTFT (log scale) and p99 ITL, in
-    steps. One line per design, one marker per arrival rate; ``highlight_rate``'s points are ringed."""
+    steps. One line per design, one marker per arrival rate; ``highlight_rate``'s points are ringed.
+    ``axes`` fixes the ranges (a playground's, from its sliders' bounds); without, they fit the points."""
     fig = make_subplots(1, 2, horizontal_spacing=0.1,
                         subplot_titles=("p90 time to first token (steps, log)", "p99 inter-token latency (steps)"))
     for design in DESIGNS:
@@ -42,37 +58,71 @@ def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float |
                                      legendgroup=design, hoverinfo="skip"), row=1, col=col)
     fig.update_yaxes(type="log", dtick=1, minor=dict(ticks="", showgrid=False), row=1, col=1)  # 1, 10, 100: labelled ticks only
     fig.update_xaxes(title_text="throughput (output tokens per step)")
+    if axes is not None:
+        fig.update_xaxes(range=[0, axes.tokens_per_step])
+        fig.update_yaxes(range=[-0.15, math.log10(axes.ttft)], row=1, col=1)
+        fig.update_yaxes(range=[0.8, axes.itl], row=1, col=2)
     fig.update_layout(title=title, height=430, legend=dict(orientation="h", y=-0.25),
                       margin=dict(t=80 + 24 * title.count("<br>"), b=40))
     return fig
 
 
+def _values(bounds: Mapping[str, tuple[float, float]] | None, name: str, value, step: float) -> list:
+    """A few positions of the slider ``name``: its ends and its middle (its value alone without bounds)."""
+    lo, hi = (bounds or {}).get(name, (value, value))
+    mid = lo + round((hi - lo) / 2 / step) * step
+    return sorted({lo, mid, hi})
+
+
+@lru_cache(maxsize=16)
+def _playground_axes(rates: tuple, rate_hi: float, block_sizes: tuple, sizes: tuple, kw: tuple) -> CurveAxes:
+    """The ranges that hold the curve at every block size and workload size the sliders offer, at
+    the sweep's rates and the highest rate the rate slider offers (the points furthest out)."""
+    x = ttft = itl = 1.0
+    for bs in block_sizes:
+        for n in sizes:
+            for p in latency_sweep(rates + (rate_hi,), block_size=int(bs), num_requests=int(n), **dict(kw)):
+                x, ttft, itl = max(x, p.tokens_per_step), max(ttft, p.ttft_p90), max(itl, p.itl_p99)
+    return CurveAxes(tokens_per_step=1.1 * x, ttft=2.0 * ttft, itl=max(2.0, 1.5 * itl))
+
+
 def latency_playground(rate: float = 0.3, block_size: int = 16, num_requests: int = 150,
-                       rates: Sequence[float] = RATES, **kw) -> go.Figure:
-    """The sweep at ``rates`` plus the slider's ``rate`` (ringed), for one block size and workload size."""
+                       rates: Sequence[float] = RATES, bounds: Mapping[str, tuple[float, float]] | None = None,
+                       **kw) -> go.Figure:
+    """The sweep at ``rates`` plus the slider's ``rate`` (ringed), for one block size and workload size.
+
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``) are the sliders' ranges: the axes are fixed to
+    hold the curve anywhere in them, so a slider moves the points, not the axes."""
     points = latency_sweep(tuple(rates) + (rate,), block_size=block_size, num_requests=num_requests, **kw)
     sat = saturation(points)
+    b = bounds or {}
+    lo, hi = b.get("block_size", (block_size, block_size))
+    block_sizes = tuple(range(int(lo), int(hi) + 1, 8)) if "block_size" in b else (block_size,)
+    axes = _playground_axes(tuple(rates), float(b.get("rate", (rate, rate))[1]), block_sizes,
+                            tuple(_values(b, "num_requests", num_requests, 10)), tuple(sorted(kw.items())))
     return fig_throughput_latency(
-        points, highlight_rate=rate,
+        points, highlight_rate=rate, axes=axes,
         title=(f"{num_requests} requests, blocks of {block_size}<br>saturation (output tokens per step): "
                + ", ".join(f"{d} {sat[d]:.1f}" for d in DESIGNS)))
 
 
-def latency_readout(fig: go.Figure, rate: float, block_size: int, num_requests: int) -> str:
-    """Under the sliders: the ringed points' numbers, and why the designs differ (how many requests
-    each could run at once)."""
+def latency_readout(fig: go.Figure, rate: float, block_size: int, num_requests: int) -> list:
+    """Under the sliders: one sentence on why the designs differ at this rate, then the ringed points'
+    numbers as a table (``viz.widgets.interactive`` shows both)."""
     points = {p.design: p for p in latency_sweep((rate,), block_size=block_size, num_requests=num_requests)}
-    paged, contiguous = points["paged"], points["contiguous"]
-    numbers = " · ".join(f"{LABELS[d]}: p90 TTFT {p.ttft_p90:.0f} steps, {p.tokens_per_step:.2f} tok/step, "
-                         f"at most {p.peak_running} running" for d, p in points.items())
+    static, paged, contiguous = points["static"], points["paged"], points["contiguous"]
     if paged.ttft_p90 < contiguous.ttft_p90:
-        why = (f"Paged memory answers first: it admits a request as soon as blocks of {block_size} free up "
-               f"({paged.peak_running} ran at once), while contiguous reservations capped the batch at "
-               f"{contiguous.peak_running}; static batching also waits for a whole batch.")
+        why = (f"At {rate:g} arrivals per step, paged memory answers first: its p90 time to first token is "
+               f"{paged.ttft_p90:.0f} steps against {contiguous.ttft_p90:.0f} (contiguous) and "
+               f"{static.ttft_p90:.0f} (static), because blocks of {block_size} let {paged.peak_running} requests "
+               f"run at once where contiguous reservations capped the batch at {contiguous.peak_running}.")
     else:
-        why = ("At this load memory is not the limit: contiguous and paged answer alike, and only static "
-               "batching makes requests wait for a whole batch.")
-    return f"{rate:g} arrivals per step, {num_requests} requests → {numbers}. {why}"
+        why = (f"At {rate:g} arrivals per step memory is not the limit: contiguous and paged answer alike "
+               f"(p90 time to first token {paged.ttft_p90:.0f} steps), and only static batching, at "
+               f"{static.ttft_p90:.0f}, makes requests wait for a whole batch.")
+    rows = {LABELS[d]: {"p90 TTFT (steps)": f"{p.ttft_p90:.0f}", "output tokens per step": f"{p.tokens_per_step:.2f}",
+                        "most running at once": p.peak_running} for d, p in points.items()}
+    return [why, table(rows, index="design")]
 
 
 def fig_chunked_prefill(runs, step_time=None, chat: str = "chat0",

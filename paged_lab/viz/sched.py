@@ -13,28 +13,31 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.sched import ContiguousAllocator, SimResult, paged, simulate, workloads
+from paged_lab.viz.colors import PALETTE, seq_colors
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-           "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 FREE = "#e5e5e5"
 
 
 def _color(name: str, order: Sequence[str]) -> str:
-    """A stable colour per name: its place in ``order`` (names not listed share the last colour)."""
-    return PALETTE[order.index(name) % len(PALETTE)] if name in order else PALETTE[-1]
+    """A request's colour (``viz.colors``: A blue, B orange, ...), the same in every figure."""
+    return seq_colors(order).get(name, PALETTE[-1])
 
 
 def fig_lockers(panels: Mapping[str, Sequence[tuple[str | None, bool]]], cols: int = 12,
-                title: str = "The lockers", subtitles: Mapping[str, str] | None = None) -> go.Figure:
+                title: str = "The lockers", subtitles: Mapping[str, str] | None = None,
+                rows: int | None = None, owners: Sequence[str] = ()) -> go.Figure:
     """Slot maps side by side: one square per locker, coloured by owner.
 
     ``panels``: label -> ``[(owner or None, holds_token), ...]`` (``SimResult.slot_map_at``). A solid
     square holds luggage; a pale one is reserved but empty (the old manager's waste); grey is free.
+    ``rows``: the rows of lockers to make room for (default: the panels' own), so that a wall of
+    another size draws in the same figure; ``owners``: travellers the legend lists even when they
+    hold no locker at this moment (a legend that keeps its entries keeps its size).
     """
     if not panels:
         raise ValueError("panels must hold at least one slot map")
     labels = list(panels)
-    owners = sorted({o for m in panels.values() for o, _ in m if o is not None})
+    owners = sorted(set(owners) | {o for m in panels.values() for o, _ in m if o is not None})
     fig = make_subplots(1, len(labels), subplot_titles=[(subtitles or {}).get(lb, lb) for lb in labels],
                         horizontal_spacing=0.06)
     for c, lb in enumerate(labels, start=1):
@@ -54,11 +57,21 @@ def fig_lockers(panels: Mapping[str, Sequence[tuple[str | None, bool]]], cols: i
                 showlegend=(full or o is None) and name not in {t.name for t in fig.data},
                 hovertemplate=f"slot %{{customdata}}<br>{name}<extra></extra>", customdata=idx),
                 row=1, col=c)
-        rows = -(-len(slots) // cols)
+    listed = {t.name for t in fig.data if t.showlegend is not False}
+    for o in owners:
+        if o not in listed:  # a traveller outside (waiting, or gone): still in the legend
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=o, legendgroup=o,
+                                     legendrank=owners.index(o), marker=dict(symbol="square", size=12,
+                                                                              color=_color(o, owners))))
+    if "free" not in listed:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="free", legendrank=len(owners),
+                                 marker=dict(symbol="square", size=12, color=FREE, line=dict(color="#bbbbbb", width=1))))
+    rows = max([rows or 0] + [-(-len(m) // cols) for m in panels.values()])
+    for c in range(1, len(labels) + 1):
         fig.update_xaxes(visible=False, range=[-0.7, cols - 0.3], row=1, col=c)
         fig.update_yaxes(visible=False, range=[rows - 0.3, -0.7], row=1, col=c)
     fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"),
-                      height=190 + 34 * max(-(-len(m) // cols) for m in panels.values()),
+                      height=190 + 34 * rows,
                       margin=dict(t=110, b=10, l=20, r=20), plot_bgcolor="white",
                       legend=dict(orientation="h", y=-0.02, yanchor="top", title_text="pale = reserved, empty  "))
     return fig
@@ -66,10 +79,11 @@ def fig_lockers(panels: Mapping[str, Sequence[tuple[str | None, bool]]], cols: i
 
 def fig_gantt(results: Mapping[str, SimResult], title: str = "Who sits at which window, round by round"
               ) -> go.Figure:
-    """One row of subplots per result: windows on the y axis, rounds (steps) on the x axis.
+    """One row of subplots per result: windows on the y axis (window 1 on top), rounds (steps) on the x axis.
 
     A bar is one request's stay at a window; a hatched bar ended in preemption (its KV was dropped
-    or swapped out) and the request came back later.
+    or swapped out) and the request came back later. The windows are numbers on the axis, labelled
+    "window 1", "window 2", ...: their order does not depend on the labels' language.
     """
     if not results:
         raise ValueError("results must hold at least one SimResult")
@@ -79,21 +93,21 @@ def fig_gantt(results: Mapping[str, SimResult], title: str = "Who sits at which 
     fig = make_subplots(len(labels), 1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=[f"{lb}: {results[lb].makespan} rounds" for lb in labels])
     shown = set()
+    windows = 1 + max((s.window for r in results.values() for s in r.spans), default=0)
     for row, lb in enumerate(labels, start=1):
         for s in results[lb].spans:
             color = _color(s.name, names)
             cut = s.outcome != "finished"
             fig.add_trace(go.Bar(
-                y=[f"window {s.window + 1}"], x=[s.end - s.start + 1], base=[s.start - 0.5], orientation="h",
+                y=[s.window], x=[s.end - s.start + 1], base=[s.start - 0.5], orientation="h", width=0.75,
                 marker=dict(color=color, pattern_shape="/" if cut else "", line=dict(color="white", width=1)),
                 text=[s.name], textposition="inside", insidetextanchor="middle", name=s.name,
                 legendgroup=s.name, showlegend=s.name not in shown, legendrank=names.index(s.name),
                 hovertemplate=f"{s.name}: rounds {s.start + 1}-{s.end + 1} ({s.outcome})<extra></extra>"),
                 row=row, col=1)
             shown.add(s.name)
-        windows = sorted({s.window for s in results[lb].spans})
-        fig.update_yaxes(categoryorder="array", categoryarray=[f"window {w + 1}" for w in reversed(windows)],
-                         row=row, col=1)
+        fig.update_yaxes(range=[windows - 0.5, -0.5], tickvals=list(range(windows)),
+                         ticktext=[f"window {w + 1}" for w in range(windows)], row=row, col=1)
     span = max(r.makespan for r in results.values())
     fig.update_xaxes(range=[-0.5, span - 0.5], tickvals=list(range(span)),
                      ticktext=[str(i + 1) for i in range(span)], title_text="round", row=len(labels), col=1)
@@ -141,19 +155,52 @@ def waste_breakdown(result: SimResult) -> dict[str, float]:
             "free": 100 * (total - used - internal - ext) / total}
 
 
-def fig_memory_bars(results: Mapping[str, SimResult], title: str = "Where the KV memory goes") -> go.Figure:
-    """Stacked bars per result: of all slots over all steps, the share holding tokens, reserved
-    but empty (internal fragmentation), stranded in holes (external), and free."""
+def handed_out_breakdown(result: SimResult) -> dict[str, float]:
+    """Of the slots handed out to requests, summed over all steps (in %): holding a token, or
+    reserved but empty. ``tokens`` is ``100 * summary["utilization"]``."""
+    t = result.timeline
+    reserved = sum(t["reserved_slots"])
+    used = 100 * sum(t["used_slots"]) / reserved if reserved else 0.0
+    return {"tokens": used, "reserved, empty": 100 - used if reserved else 0.0}
+
+
+MEMORY_COLORS = {"tokens": "#2ca02c", "reserved, empty": "#ff7f0e", "holes too small": "#d62728", "free": FREE}
+SMALL_SHARE = 8.0  # % of a bar: a segment this thin gets its label beside the bar, not inside
+
+
+def fig_memory_bars(results: Mapping[str, SimResult], title: str = "Where the KV memory goes",
+                    share_of: str = "handed out") -> go.Figure:
+    """Stacked bars per result, over all steps of the run, in % of the slots handed out
+    (``share_of="handed out"``: holding a token, or reserved but empty) or of the whole pool
+    (``share_of="pool"``: also stranded in holes too small to use, and free). A segment too thin to
+    hold its label has it beside the bar, level with the segment."""
     if not results:
         raise ValueError("results must hold at least one SimResult")
+    if share_of not in ("handed out", "pool"):
+        raise ValueError(f"share_of must be 'handed out' or 'pool', got {share_of!r}")
     labels = list(results)
-    parts = {lb: waste_breakdown(r) for lb, r in results.items()}
-    colors = {"tokens": "#2ca02c", "reserved, empty": "#ff7f0e", "holes too small": "#d62728", "free": FREE}
-    fig = go.Figure([go.Bar(x=labels, y=[parts[lb][k] for lb in labels], name=k, marker_color=c,
-                            text=[f"{parts[lb][k]:.1f}%" for lb in labels], textposition="inside")
-                     for k, c in colors.items()])
-    fig.update_layout(title=title, barmode="stack", yaxis_title="% of slot-steps", height=380,
-                      margin=dict(t=60, b=40))
+    parts = {lb: (handed_out_breakdown(r) if share_of == "handed out" else waste_breakdown(r))
+             for lb, r in results.items()}
+    keys = list(parts[labels[0]])
+    fig = go.Figure([go.Bar(x=labels, y=[parts[lb][k] for lb in labels], name=k, marker_color=MEMORY_COLORS[k],
+                            text=[f"{parts[lb][k]:.1f}%" if parts[lb][k] >= SMALL_SHARE else "" for lb in labels],
+                            textposition="inside", insidetextanchor="middle", textfont=dict(size=14),
+                            hovertemplate=f"{k}: %{{y:.1f}}%<extra></extra>")
+                     for k in keys])
+    notes = []
+    for i, lb in enumerate(labels):
+        below = 0.0
+        for k in keys:
+            share = parts[lb][k]
+            if 0 < share < SMALL_SHARE:
+                notes.append(dict(x=i + 0.42, y=below + share / 2, xref="x", yref="y", text=f"{share:.1f}% {k}",
+                                  showarrow=False, xanchor="left", font=dict(size=13)))
+            below += share
+    fig.update_layout(title=title, barmode="stack", bargap=0.35, height=400, margin=dict(t=90, b=40),
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
+                      xaxis=dict(range=[-0.5, len(labels) - 0.5 + (0.6 if notes else 0)]),
+                      yaxis=dict(title="% of the slots handed out" if share_of == "handed out" else "% of slot-steps",
+                                 range=[0, 100.5], ticksuffix="%"), annotations=notes)
     return fig
 
 
@@ -180,9 +227,12 @@ def locker_runs(luggage=workloads.LOCKER_LUGGAGE, num_slots: int = workloads.LOC
 
 
 def locker_playground(A: int = 9, B: int = 6, C: int = 12, D: int = 8, E: int = 11, F: int = 7,
-                      num_slots: int = 60, reservation: int = 12, block_size: int = 1, step: int = 0
-                      ) -> go.Figure:
-    """The lockers after round ``step + 1``, old manager vs Ah-Ye, for the luggage A..F."""
+                      num_slots: int = 60, reservation: int = 12, block_size: int = 1, step: int = 0,
+                      bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
+    """The lockers after round ``step + 1``, old manager vs Ah-Ye, for the luggage A..F.
+
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``) are the sliders' ranges: the wall gets room
+    for the most lockers the ``num_slots`` slider offers, so the figure keeps its size."""
     old, new = locker_runs((A, B, C, D, E, F), num_slots, reservation, block_size)
 
     def label(r: SimResult, who: str) -> str:
@@ -200,7 +250,8 @@ def locker_playground(A: int = 9, B: int = 6, C: int = 12, D: int = 8, E: int = 
     panels = {"old": lockers(old), "new": lockers(new)}
     subs = {"old": label(old, f"Old manager ({reservation} in a row)"),
             "new": label(new, f"Ah-Ye (blocks of {block_size})")}
-    return fig_lockers(panels, cols=12, subtitles=subs,
+    most = int((bounds or {}).get("num_slots", (num_slots, num_slots))[1])
+    return fig_lockers(panels, cols=12, subtitles=subs, rows=-(-max(most, num_slots) // 12), owners="ABCDEF",
                        title=f"Round {step + 1}: luggage A-F = {(A, B, C, D, E, F)}, {sum((A, B, C, D, E, F))} in all")
 
 
@@ -236,18 +287,26 @@ def nice_ceil(x: float) -> int:
 
 def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: int = 64,
                         block_size: int = 16, seed: int = 0) -> go.Figure:
-    """Running requests and KV usage per step, static vs continuous, with each run's preemptions marked."""
+    """Windows in use and KV usage per step, static vs continuous, with each run's preemptions marked.
+
+    Every axis is a share, so no slider rescales it: time runs from 0 to 100% of the slower run's
+    steps (the title gives both runs' steps), the top panel counts busy windows as a % of the windows,
+    the bottom one the KV pool in use."""
     runs = batching_runs(num_requests, windows, num_blocks, block_size, seed)
+    longest = max(r.makespan for r in runs.values()) or 1
     fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("requests running (at most one per window)", "KV pool in use (%)"))
+                        subplot_titles=("windows in use (% of the windows)", "KV pool in use (%)"))
     for mode, r in runs.items():
         t, color = r.timeline, MODE_COLORS[mode]
-        fig.add_trace(go.Scatter(x=t["step"], y=t["running"], name=f"{mode} batching: {r.makespan} steps",
-                                 line=dict(color=color), legendgroup=mode), row=1, col=1)
-        fig.add_trace(go.Scatter(x=t["step"], y=[100 * u for u in t["kv_usage"]], showlegend=False,
+        x = [100 * (s + 1) / longest for s in t["step"]]
+        fig.add_trace(go.Scatter(x=x, y=[100 * n / windows for n in t["running"]],
+                                 name=f"{mode} batching: {r.makespan} steps", line=dict(color=color, shape="hv"),
+                                 legendgroup=mode, customdata=t["running"],
+                                 hovertemplate="%{customdata} running<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=[100 * u for u in t["kv_usage"]], showlegend=False,
                                  line=dict(color=color), legendgroup=mode), row=2, col=1)
         pre = [i for i, p in enumerate(t["preempted"]) if p]
-        fig.add_trace(go.Scatter(x=pre, y=[100 * t["kv_usage"][i] for i in pre], mode="markers",
+        fig.add_trace(go.Scatter(x=[x[i] for i in pre], y=[100 * t["kv_usage"][i] for i in pre], mode="markers",
                                  marker=dict(size=9, **PREEMPT_MARKS[mode]),
                                  name=f"{mode}: preemption ({r.summary['num_preemptions']})"),
                       row=2, col=1)
@@ -257,10 +316,10 @@ def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: in
                              f"tokens<br>static {s['makespan']} vs continuous {c['makespan']} steps{rej}"),
                       height=560, margin=dict(t=115, b=40), legend=dict(orientation="h", y=-0.14))
     # Fixed axes: a slider move changes the curves, not the scale they are read against.
-    fig.update_yaxes(range=[0, windows * 1.05], title_text="requests", row=1, col=1)
+    fig.update_yaxes(range=[0, 105], title_text="% of windows", row=1, col=1)
     fig.update_yaxes(range=[0, 105], title_text="% of slots", row=2, col=1)
-    fig.update_xaxes(range=[0, nice_ceil(max(s["makespan"], c["makespan"]))])
-    fig.update_xaxes(title_text="engine step", row=2, col=1)
+    fig.update_xaxes(range=[0, 101], ticksuffix="%")
+    fig.update_xaxes(title_text=f"time: % of the slower run's {longest} steps", row=2, col=1)
     return fig
 
 
@@ -288,21 +347,33 @@ def _locker_round(r: SimResult, step: int) -> str:
 
 def batching_readout(fig: go.Figure | None, num_requests: int, windows: int, num_blocks: int, block_size: int,
                      seed: int = 0) -> str:
-    """What the sliders' setting did, and why: static vs continuous steps, and whether the pool
-    covers every window's longest request (else: preemptions)."""
+    """What the sliders' setting did, and what limited it: static vs continuous steps, then whichever
+    held the batch back -- the pool (preemptions, or requests waiting beside free windows), the
+    windows, or too few requests."""
     runs = batching_runs(num_requests, windows, num_blocks, block_size, seed)
     s, c = runs["static"].summary, runs["continuous"].summary
-    longest = PLAYGROUND_PROMPT[1] + PLAYGROUND_OUTPUT[1]
-    need = windows * -(-longest // block_size)
     slower = s["makespan"] / c["makespan"] - 1 if c["makespan"] else 0.0
     text = (f"continuous batching needs {c['makespan']} steps, static {s['makespan']} ({slower:.0%} more): "
             "static refills its windows only when a whole batch is done. ")
-    pool = f"The pool ({num_blocks} × {block_size} = {num_blocks * block_size:,} token slots)"
-    if num_blocks < need:
-        text += (f"{pool} holds fewer blocks than {windows} windows of {longest}-token requests need ({need}) "
-                 f"→ {c['num_preemptions']} preemptions (continuous), {s['num_preemptions']} (static).")
-    else:
-        text += f"{pool} covers {windows} windows of {longest}-token requests ({need} blocks) → no preemption."
+    pool = f"the pool ({num_blocks} × {block_size} = {num_blocks * block_size:,} token slots)"
+    t = runs["continuous"].timeline
+    squeezed = sum(1 for r, w in zip(t["running"], t["waiting"]) if w and r < windows)
+    if s["num_rejected"] == num_requests:
+        return (f"Every one of the {num_requests} requests is larger than the pool ({num_blocks} × {block_size} = "
+                f"{num_blocks * block_size:,} token slots): all are rejected, nothing runs.")
     if s["num_rejected"]:
-        text += f" {s['num_rejected']} requests are larger than the whole pool and are rejected."
+        text += f"{s['num_rejected']} requests are larger than the whole pool and are rejected. "
+    if c["num_preemptions"] or s["num_preemptions"]:
+        text += (f"{pool[0].upper()}{pool[1:]} ran out of blocks as the requests grew: {c['num_preemptions']} preemptions (continuous), "
+                 f"{s['num_preemptions']} (static), each sent back to wait and compute its tokens again.")
+    elif squeezed:
+        text += (f"{pool[0].upper()}{pool[1:]} limited the batch: in {squeezed} of {c['makespan']} steps requests waited while windows "
+                 f"stood free (at most {c['peak_running']} of {windows} busy), but no running request had to be "
+                 "preempted.")
+    elif num_requests <= windows:
+        text += (f"With {num_requests} requests for {windows} windows, nobody waited for a window; {pool} "
+                 f"was at most {c['peak_kv_usage']:.0%} full.")
+    else:
+        text += (f"The {windows} windows limited the batch: all were busy while requests waited, and {pool} was "
+                 f"at most {c['peak_kv_usage']:.0%} full, so no request was preempted.")
     return text

@@ -21,6 +21,14 @@ import plotly.graph_objects as go
 from paged_lab import i18n
 
 READOUT_CLASS = "paged-lab-readout"
+CONTROL_CLASS, LABEL_CLASS = "paged-lab-control", "paged-lab-label"  # a control under its label
+# Each control's width, its label above it: a slider's track gets all of it but its value's readout,
+# about 250 px, so a drag moves a value at a time instead of jumping (a label beside the track once
+# left it 0-60 px). Several controls share a row when the output is wide enough.
+CONTROL_WIDTH = "340px"
+READOUT_STYLE = ("<style>.paged-lab-readout table{border-collapse:collapse;margin:4px 0}"
+                 ".paged-lab-readout th,.paged-lab-readout td{padding:1px 12px 1px 0;text-align:left}"
+                 ".paged-lab-readout th{border-bottom:1px solid #bbb}</style>")
 # A 17 px title line holds about 90 characters in a 900 px figure: Colab's output area is that
 # narrow, JupyterLab's at a 1280 px window is wider. Longer titles are wrapped, not clipped.
 TITLE_CHARS = 90
@@ -77,6 +85,58 @@ def fit_to_output(fig: go.Figure, max_chars: int = TITLE_CHARS) -> go.Figure:
     return fig
 
 
+def slider_bounds(controls: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{argument: (lowest, highest)}`` for each control with a range of numbers: a slider's
+    ``min`` and ``max``, a dropdown's (or selection slider's) smallest and largest option. A playground
+    function that takes ``bounds`` makes room for every position, so its figure holds still."""
+    out = {}
+    for name, w in controls.items():
+        if hasattr(w, "min") and hasattr(w, "max"):
+            out[name] = (w.min, w.max)
+            continue
+        values = list(getattr(w, "_options_values", ()) or ())
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[name] = (min(values), max(values))
+    return out
+
+
+def labelled(w):
+    """``w`` under its description, in a box of its own: the label above (in the learner's language),
+    the control below at the box's full width. The description stays on ``w`` (what a screen reader
+    and the static pages read) but is drawn with no width."""
+    import ipywidgets as W
+
+    text = i18n.t(w.description or "")
+    label = W.HTML(value=f"<span title='{html.escape(text)}'>{html.escape(text)}</span>")
+    label.add_class(LABEL_CLASS)
+    if hasattr(w, "style") and hasattr(w.style, "description_width"):
+        w.style.description_width = "0px"
+    toggles = isinstance(w, W.ToggleButtons)  # its buttons set its width
+    wide = bool(w.layout.width) and str(w.layout.width).endswith("%")  # e.g. a slider over a whole log
+    if not toggles:
+        w.layout.width = "100%"
+    box = W.VBox([label, w], layout=W.Layout(width="100%" if wide else ("auto" if toggles else CONTROL_WIDTH),
+                                             margin="0 24px 6px 0"))
+    box.add_class(CONTROL_CLASS)
+    return box
+
+
+def readout_html(value: Any) -> str:
+    """What ``interactive``'s readout shows for ``value``: a text in the learner's language, or a
+    sequence of texts (each its own paragraph) and tables (``viz.tables.Table``, shown as HTML)."""
+    if isinstance(value, str):
+        return i18n.t(value)
+    parts = []
+    for part in value:
+        if isinstance(part, str):
+            parts.append(f"<div>{i18n.t(part)}</div>")
+        elif hasattr(part, "_repr_html_"):
+            parts.append(part._repr_html_())
+        else:
+            raise TypeError(f"a readout part must be a text or a table, got {type(part).__name__}")
+    return READOUT_STYLE + "".join(parts)
+
+
 def _check_args(make_figure, controls, readout, fixed) -> None:
     if not callable(make_figure):
         raise TypeError(f"make_figure must be a function returning a plotly Figure, got {type(make_figure).__name__}")
@@ -102,7 +162,8 @@ def interactive(
     """Wire ipywidgets ``controls`` to ``make_figure(**values, **fixed)`` and return a displayable box.
 
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
-    the class ``paged-lab-readout``). By default (and on Colab, where FigureWidget is
+    the class ``paged-lab-readout``), or a list of texts and tables (``readout_html``). Each control
+    is drawn under its label (``labelled``), wide enough for a slider to move one step at a time. By default (and on Colab, where FigureWidget is
     unreliable) the figure is re-drawn as a plain figure inside an ``Output`` widget: the front end's
     plotly renderer sizes it to the output's full width. ``use_figure_widget=True`` keeps a plotly
     FigureWidget instead, which plotly 6+ (an anywidget) draws at a fixed 700 px and never resizes.
@@ -144,7 +205,7 @@ def interactive(
             # Set the outputs directly (not `with view:`), so the re-draw needs no kernel context.
             view.outputs = (figure_bundle(shown),)
         if readout is not None:
-            readout_w.value = i18n.t(readout(fig, **values))
+            readout_w.value = readout_html(readout(fig, **values))
 
     def refresh(*_):
         try:
@@ -155,12 +216,13 @@ def interactive(
             return None
         return fig
 
+    rows = [labelled(w) for w in controls.values()]
     for w in controls.values():
         w.description = i18n.t(w.description)
         w.observe(refresh, names="value")
     show(first, redraw=not use_figure_widget)
     # The box spans the output area, so the figure inside it sizes itself to the full width.
-    box = W.VBox([W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), readout_w, view],
+    box = W.VBox([W.HBox(rows, layout=W.Layout(flex_flow="row wrap")), readout_w, view],
                  layout=full_width)
     box.figure = view if use_figure_widget else None
     box.view, box.readout, box.refresh = view, readout_w, refresh

@@ -1,8 +1,9 @@
 """Fixtures for the learner's-view tests: a throwaway JupyterLab server and headless Chromium.
 
-The server serves a *copy* of the notebooks (JupyterLab autosaves outputs; the committed notebooks
-must stay clean), listens on 127.0.0.1 on a free port with a random token, and has JupyterLab's
-news and update checks and the PyPI extension manager turned off, so it never reaches the network.
+The server serves a *copy* of the notebooks (JupyterLab autosaves; the committed notebooks must stay
+clean), listens on 127.0.0.1 on a free port with a random token, loads the project's JupyterLab
+settings as ``make lab`` does (``jupyter/jupyter_server_config.py``), and has JupyterLab's news and
+update checks and the PyPI extension manager turned off, so it never reaches the network.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def _write_config(home: Path, port: int, token: str, root_dir: Path) -> dict[str
     # recordTiming: each cell's kernel-side start/end lands in its metadata, for the time budget.
     tracker.write_text(json.dumps({"windowingMode": "none", "recordTiming": True}))
     return {
+        # this project's JupyterLab settings, as `make lab` gives them (hidden files, no news, clean saves)
+        "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter"),
         "JUPYTER_CONFIG_DIR": str(config_dir),
         "JUPYTER_DATA_DIR": str(home / "data"),
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
@@ -157,7 +160,7 @@ def browser():
 
 @pytest.fixture
 def page(browser, request):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1440, "height": 900})  # the width issue 28 was read at
     page = context.new_page()
     page.set_default_timeout(60_000)
     page.problems = []  # uncaught page errors, for the test to report

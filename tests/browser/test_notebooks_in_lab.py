@@ -1,15 +1,19 @@
 """Every notebook, the way a learner meets it: JupyterLab in headless Chromium, "Run All", then the sliders.
 
-For each notebook in ``notebooks/`` (found by glob, so a new notebook joins automatically) the test
+For each notebook in ``notebooks/`` and its zh-TW twin (found by glob, so a new notebook joins
+automatically), at 1440 x 900, the test
 - waits for the kernel to be connected and idle, runs all cells, and asserts no cell shows an error
   (stderr output such as tqdm's progress bars is not an error) and no widget failed to display;
-- asserts every plotly figure drew data;
-- in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``), moves each slider
-  with the keyboard and asserts the figure's data and the readout change, and, before and after the
-  moves, that the figure spans the output area's width and its title is drawn whole (not clipped);
-- in the quiz of every series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
-  clicks one wrong and one right choice of its first multiple choice and reads both explanations, and
-  answers its first number box (not a number, then too low / too high until right);
+- asserts every plotly figure drew data, and that no label of a block figure (03, 04, 07: the traces
+  named ``pool`` and ``logical``) is partly covered by a block's fill, from the drawn geometry;
+- in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``) measures every
+  slider's track (at least MIN_TRACK_PX) and checks its label is whole and clear of the track and
+  knob; moves each slider with the keyboard and asserts the figure's data and the readout change,
+  while the figure keeps its size, its plot area and every axis range (a playground holds still);
+  and, before and after the moves, that the figure spans the output area's width, its title is
+  drawn whole (not clipped) and no block label is covered;
+- in at least one quiz per series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
+  clicks one wrong and one right choice and checks what the learner is told after each;
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
   (the same limits as ``scripts/measure_notebooks.py``); the figures go to ``budget.json``.
 """
@@ -35,6 +39,15 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = budget.discover(notebooks_dir())
+TWINS = budget.discover(notebooks_dir() / "zh-TW")
+# What a quiz says after a right and a wrong pick, and how it names a pick, per edition.
+# What the quiz's feedback starts with, per edition (paged_lab.quiz; the zh-TW words from locale/zh-TW.json).
+QUIZ_MARKS = {
+    "en": {"right": "✓ Right", "wrong": "✗ Not quite", "low": "✗ Too low", "high": "✗ Too high",
+           "nan": "✗ Not a number"},
+    "zh-TW": {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了", "nan": "✗ 不是數字"},
+}
+MIN_TRACK_PX = 200  # a slider's track at 1440 px: a learner can move it one value at a time
 
 
 KERNEL_ID = "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id"
@@ -116,6 +129,79 @@ GEOMETRY = """(box) => {
 # The figure may leave this share of the output area's width unused (padding and scrollbars).
 MIN_WIDTH_SHARE = 0.9
 
+# Every slider of an interactive box: its track's width, and whether its label (above it, in the
+# control's box) is whole and clear of the track and the knob.
+TRACKS = """(box) => {
+  const r = (e) => e.getBoundingClientRect();
+  const meet = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5
+                      && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5;
+  const sliders = Array.from(box.querySelectorAll('.widget-slider'));
+  return sliders.map((s) => {
+    const cell = s.closest('.paged-lab-control');
+    const label = cell && cell.querySelector('.paged-lab-label .widget-html-content');
+    const track = s.querySelector('.noUi-target'), knob = s.querySelector('.noUi-handle');
+    const text = label ? label.innerText.trim() : (s.querySelector('.widget-label') || s).innerText.trim();
+    if (!label || !track) return {label: text, track: track ? r(track).width : 0, whole: false, clear: false};
+    const L = r(label.firstElementChild || label);
+    return {label: text, track: r(track).width,
+            whole: label.scrollWidth <= label.clientWidth + 1 && L.right <= r(cell).right + 1,
+            clear: !meet(L, r(track)) && !meet(L, r(knob))};
+  });
+}"""
+
+# What must not change while a slider moves: the figure's size, its plot area and every axis range.
+FRAME = """(box) => {
+  const p = box.querySelector('.js-plotly-plot'), fl = p && p._fullLayout;
+  if (!fl) return null;
+  const svg = p.querySelector('.main-svg').getBoundingClientRect();
+  const axes = {};
+  Object.keys(fl).filter((k) => /^[xy]axis[0-9]*$/.test(k)).sort()
+    .forEach((k) => { axes[k] = (fl[k].range || []).map((v) => Math.round(Number(v) * 1e4) / 1e4); });
+  const z = fl._size;
+  return {size: [Math.round(svg.width), Math.round(svg.height)],
+          plot: [Math.round(z.l), Math.round(z.t), Math.round(z.w), Math.round(z.h)], axes: axes};
+}"""
+
+# Block labels a fill covers, from the drawn geometry: a label (the text of a trace named "pool" or
+# "logical") that meets a shape named "fill" must lie inside it, in an ink that reads on it (contrast
+# at least 3:1). Returns the problems found.
+COVERED = """(plot) => {
+  const names = (plot.data || []).map((t) => t.name);
+  if (!names.includes('pool')) return null;
+  const shapes = (plot._fullLayout && plot._fullLayout.shapes) || [];
+  const drawn = {};
+  plot.querySelectorAll('.shapelayer path[data-index]').forEach((e) => { drawn[e.getAttribute('data-index')] = e; });
+  const rgb = (c) => { const x = document.createElement('canvas').getContext('2d'); x.fillStyle = c;
+    const h = x.fillStyle; return h.startsWith('#') ? [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16))
+      : h.match(/[0-9.]+/g).slice(0, 3).map(Number); };
+  const lum = (c) => { const v = rgb(c).map((u) => { u /= 255; return u <= 0.03928 ? u / 12.92 : ((u + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+  const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const fills = shapes.map((s, i) => [s, drawn[i]]).filter(([s, e]) => s.name === 'fill' && e)
+    .map(([s, e]) => Object.assign(e.getBoundingClientRect().toJSON(), {color: s.fillcolor}));
+  const traces = plot.querySelectorAll('.scatterlayer .trace');
+  const problems = [];
+  let labels = 0;
+  names.forEach((name, i) => {
+    if (!['pool', 'logical'].includes(name) || !traces[i]) return;
+    traces[i].querySelectorAll('.textpoint text').forEach((t) => {
+      if (!t.textContent.trim()) return;
+      labels += 1;
+      const a = t.getBoundingClientRect();
+      fills.forEach((f) => {
+        const meet = Math.min(a.right, f.right) - Math.max(a.left, f.left) > 1
+                  && Math.min(a.bottom, f.bottom) - Math.max(a.top, f.top) > 1;
+        const inside = a.left >= f.left - 1 && a.right <= f.right + 1 && a.top >= f.top - 1 && a.bottom <= f.bottom + 1;
+        if (meet && !inside) problems.push(`${name} label "${t.textContent}" is partly under a fill`);
+        const ink = getComputedStyle(t).fill;
+        if (inside && contrast(ink, f.color) < 3)
+          problems.push(`${name} label "${t.textContent}" is drawn in ${ink} on ${f.color}`);
+      });
+    });
+  });
+  return {labels: labels, fills: fills.length, problems: problems};
+}"""
+
 
 def _check_fits(box, where: str) -> None:
     """The box's figure spans the output area's width, and its title lies inside the figure (SVG
@@ -152,18 +238,37 @@ def test_series_is_not_empty():
     assert NOTEBOOKS, f"no NN_*.ipynb notebooks found in {notebooks_dir()}"
 
 
+def _covered_labels(page, where: str, scope: str = ".jp-NotebookPanel") -> int:
+    """Assert no block figure under ``scope`` has a label partly under a fill; returns the labels seen."""
+    seen = 0
+    for i, found in enumerate(page.locator(f"{scope} .js-plotly-plot").evaluate_all(f"(ps) => ps.map({COVERED})")):
+        if found is None:
+            continue
+        assert not found["problems"], f"{where}, block figure {i}: " + "; ".join(found["problems"])
+        seen += found["labels"]
+    return seen
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_reacts_in_jupyterlab(path, lab_server, page, artifacts_dir):
     _open_and_check(page, lab_server, path, artifacts_dir)
+
+
+@pytest.mark.parametrize("path", TWINS, ids=[f"zh-TW-{p.stem}" for p in TWINS])
+def test_zh_tw_twin_runs_and_reacts_in_jupyterlab(path, lab_server, page, artifacts_dir):
+    """The same checks on the zh-TW edition: its labels, titles and readouts are other words, of other
+    lengths (05's 記憶體池大小（block 數） was clipped by its knob)."""
+    _open_and_check(page, lab_server, path, artifacts_dir, lang="zh-TW")
 
 
 COLAB_PATH = """import ipywidgets as W
 import plotly.graph_objects as go
 from paged_lab.viz.widgets import interactive
 
-def bars(n, mode):
+def bars(n, mode):  # fixed axes, as every playground of the series: the sliders move the data only
     trace = go.Bar if mode == "bars" else go.Scatter
-    return go.Figure(trace(y=list(range(1, n + 1))), layout_title_text=f"{n} {mode}")
+    return go.Figure(trace(y=list(range(1, n + 1))), layout_title_text=f"{n} {mode}",
+                     layout_xaxis_range=[-0.5, 5.5], layout_yaxis_range=[0, 7])
 
 controls = {"n": W.IntSlider(value=3, min=1, max=6, description="n"),
             "mode": W.Dropdown(options=["bars", "line"], description="mode")}
@@ -181,14 +286,15 @@ def test_colab_fallback_redraws_in_jupyterlab(lab_server, page, artifacts_dir):
     assert (artifacts_dir / "97_colab_fallback-box0.png").exists()
 
 
-def _open_and_check(page, lab_server, path, artifacts_dir, record: bool = True) -> None:
-    page.goto(lab_server.notebook_url(path.name))
+def _open_and_check(page, lab_server, path, artifacts_dir, record: bool = True, lang: str = "en") -> None:
+    name = path.name if lang == "en" else f"{lang}/{path.name}"
+    page.goto(lab_server.notebook_url(name))
     page.wait_for_function(PANEL_READY, timeout=90_000)
-    with notebook_session(page, artifacts_dir, path.stem):
-        _run_and_check(page, path, artifacts_dir, record)
+    with notebook_session(page, artifacts_dir, path.stem if lang == "en" else f"{lang}-{path.stem}"):
+        _run_and_check(page, path, artifacts_dir, record, lang)
 
 
-def _run_and_check(page, path, artifacts_dir, record: bool) -> None:
+def _run_and_check(page, path, artifacts_dir, record: bool, lang: str = "en") -> None:
     limit = budget.time_limit(path)
     pid = _kernel_pid(page.evaluate(KERNEL_ID))
     start = time.perf_counter()
@@ -210,10 +316,11 @@ def _run_and_check(page, path, artifacts_dir, record: bool) -> None:
     # rendering on top of it is recorded beside it.
     kernel_seconds = report["kernelMs"] / 1000 if report["kernelMs"] is not None else browser_seconds
     measured = budget.Measurement(path.name, kernel_seconds, budget.peak_rss_bytes(pid))
+    stem = path.stem if lang == "en" else f"{lang}-{path.stem}"
     if record:
         _record(
             artifacts_dir,
-            path.name,
+            path.name if lang == "en" else f"{lang}/{path.name}",
             kernel_seconds=round(kernel_seconds, 2),
             browser_seconds=round(browser_seconds, 2),
             peak_bytes=measured.peak_bytes,
@@ -237,9 +344,10 @@ def _run_and_check(page, path, artifacts_dir, record: bool) -> None:
     report = page.evaluate(REPORT)
     blank = [i for i, p in enumerate(report["plots"]) if p["traces"] == 0 or p["drawn"] == 0]
     assert not blank, f"{path.name}: plotly figures {blank} (in page order) have no data drawn"
+    _covered_labels(page, f"{stem}")
 
-    _move_sliders(page, path, artifacts_dir)
-    _answer_a_quiz(page, path, artifacts_dir, required=record and not path.name.startswith("00_"))
+    _move_sliders(page, path, artifacts_dir, stem)
+    _answer_a_quiz(page, path, artifacts_dir, required=record and not path.name.startswith("00_"), lang=lang, stem=stem)
     assert not measured.problems(), "; ".join(measured.problems())
 
 
@@ -275,27 +383,57 @@ def _settled(page, box, quiet_ms: int = 300, timeout_s: float = 5.0) -> dict:
     return last
 
 
-def _move_sliders(page, path, artifacts_dir) -> None:
-    """In every interactive box: move each slider with the keyboard and pick another option in each
-    dropdown. Every move must change what the learner sees; a slider must change the figure; and
-    where the box has a readout, some control must update it."""
+def _close(a, b) -> bool:
+    """Two FRAME readings alike: sizes and plot areas to a pixel, axis ranges to 1e-4 of their span."""
+    if a is None or b is None or a["axes"].keys() != b["axes"].keys():
+        return a == b
+    if any(abs(x - y) > 1 for x, y in zip(a["size"] + a["plot"], b["size"] + b["plot"])):
+        return False
+    for k, r in a["axes"].items():
+        span = max(abs(r[-1] - r[0]), 1e-9) if r else 1
+        if len(r) != len(b["axes"][k]) or any(abs(x - y) > 1e-4 * span for x, y in zip(r, b["axes"][k])):
+            return False
+    return True
+
+
+def _check_tracks(box, where: str) -> list[dict]:
+    tracks = box.evaluate(TRACKS)
+    for t in tracks:
+        assert t["track"] >= MIN_TRACK_PX, (
+            f"{where}: the slider {t['label']!r} has a {t['track']:.0f} px track (at least {MIN_TRACK_PX} px "
+            "at 1440 px wide: a drag should move a value at a time)")
+        assert t["whole"] and t["clear"], f"{where}: the slider label {t['label']!r} is clipped or under the track: {t}"
+    return tracks
+
+
+def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
+    """In every interactive box: measure every slider's track, move each slider with the keyboard and
+    pick another option in each dropdown. Every move must change what the learner sees; a slider must
+    change the figure but not its size, plot area or axes; and where the box has a readout, some control
+    must update it."""
     readouts = page.locator(".jp-NotebookPanel .paged-lab-readout")
     for b in range(readouts.count()):
         box = readouts.nth(b).locator("xpath=..")  # interactive() puts the readout right in its VBox
         box.scroll_into_view_if_needed()
         has_readout = bool(box.evaluate(SNAPSHOT)["readout"].strip())
-        where = f"{path.name}, interactive box {b}"
+        where = f"{stem}, interactive box {b}"
         _check_fits(box, where)
+        tracks = _check_tracks(box, where)
         moves = []  # (control, figure changed, readout changed)
         handles = box.locator(".noUi-handle")  # ipywidgets 8 sliders: noUi handles, not <input type=range>
         for h in range(handles.count()):
             handle, before = handles.nth(h), box.evaluate(SNAPSHOT)
+            frame = box.evaluate(FRAME)
             now, top = float(handle.get_attribute("aria-valuenow")), float(handle.get_attribute("aria-valuemax"))
             handle.focus()
             handle.press("ArrowLeft" if now >= top else "ArrowRight")
             after = _after_change(page, box, before, has_readout)
-            label = box.locator(".widget-slider .widget-label").nth(h).inner_text()
+            label = tracks[h]["label"]
             moves.append((f"slider {label!r}", after["figure"] != before["figure"], after["readout"] != before["readout"]))
+            moved = box.evaluate(FRAME)
+            assert _close(frame, moved), (f"{where}: moving the slider {label!r} changed the figure's size or axes "
+                                          f"(a playground holds still):\nbefore {frame}\nafter  {moved}")
+            _covered_labels(page, f"{where}, after moving {label!r}", scope=".jp-NotebookPanel")
         selects = box.locator(".widget-dropdown select")
         for d in range(selects.count()):
             select, before = selects.nth(d), box.evaluate(SNAPSHOT)
@@ -304,11 +442,14 @@ def _move_sliders(page, path, artifacts_dir) -> None:
                 continue
             select.select_option(index=index - 1 if index == n - 1 else index + 1)
             after = _after_change(page, box, before, has_readout)
-            label = box.locator(".widget-dropdown .widget-label").nth(d).inner_text()
+            label = select.locator("xpath=ancestor::*[contains(@class, 'paged-lab-control')][1]").locator(
+                ".paged-lab-label").inner_text().strip()
             moves.append((f"dropdown {label!r}", after["figure"] != before["figure"], after["readout"] != before["readout"]))
-        box.screenshot(path=str(artifacts_dir / f"{path.stem}-box{b}.png"))
+        box.screenshot(path=str(artifacts_dir / f"{stem}-box{b}.png"))
 
         _check_fits(box, where + " (after the moves)")
+        _check_tracks(box, where + " (after the moves)")
+        _covered_labels(page, where + " (after the moves)")
         dead = [name for name, fig, text in moves if not (fig or text)]
         assert not dead, f"{where}: moving {dead} changed neither the figure nor the readout"
         if handles.count():
@@ -319,31 +460,28 @@ def _move_sliders(page, path, artifacts_dir) -> None:
             assert any(text for _, _, text in moves), f"{where}: no control updated the readout"
 
 
-ENGLISH_MARKS = {"right": "✓ Right", "wrong": "✗ Not quite", "low": "✗ Too low", "high": "✗ Too high",
-                 "nan": "✗ Not a number"}
-
-
-def _answer_a_quiz(page, path, artifacts_dir, required: bool) -> None:
+def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en", stem: str | None = None) -> None:
     """In the notebook's first quiz: click choices of its first multiple choice in order until one pick
     was wrong and one right, and read what each said; then answer its first number box."""
+    marks, stem = QUIZ_MARKS[lang], stem or path.stem
     quizzes = page.locator(".jp-NotebookPanel .paged-lab-quiz")
     if not quizzes.count():
         assert not required, f"{path.name}: no quiz (paged_lab.quiz) was displayed"
         return
     quiz = quizzes.first
     quiz.scroll_into_view_if_needed()
-    check_a_choice_question(page, quiz, ENGLISH_MARKS, artifacts_dir / f"{path.stem}-quiz.png", path.name)
+    check_a_choice_question(page, quiz, marks, artifacts_dir / f"{stem}-quiz.png", path.name)
     numbers = quiz.locator(".paged-lab-quiz-number")
     if not numbers.count():
         assert not required, f"{path.name}: the quiz asks for no number (a paged_lab.quiz.NumberQuestion)"
         return
     box = numbers.first
     box.scroll_into_view_if_needed()
-    said = answer_number_box(page, box, ENGLISH_MARKS, path.name)
-    box.screenshot(path=str(artifacts_dir / f"{path.stem}-quiz-number.png"))
-    assert any(text.startswith(ENGLISH_MARKS["low"]) for _, text in said) or len(said) == 2, said
+    said = answer_number_box(page, box, marks, path.name)
+    box.screenshot(path=str(artifacts_dir / f"{stem}-quiz-number.png"))
+    assert any(text.startswith(marks["low"]) for _, text in said) or len(said) == 2, said
     right = said[-1][1]
-    assert len(right) > len("✓ Right: ") + len(said[-1][0]) + 20, f"{path.name}: no explanation after a right number"
+    assert len(right) > len(marks["right"]) + 2 + len(said[-1][0]) + 20, f"{path.name}: no explanation after a right number"
 
 
 def check_a_choice_question(page, quiz, marks: dict[str, str], shot, where: str) -> dict:
