@@ -119,18 +119,20 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
-vllm-traces:
+# The vLLM venv's python, built once if absent (a VLLM_VENV made by hand, without the stamp, is used as it is).
+.PHONY: vllm-python
+vllm-python:
 	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+
+vllm-traces: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py
 
 # vLLM's greedy tokens on the real model (tests/data/vllm_greedy_tokens.json, tests/test_vllm_greedy.py).
 .PHONY: vllm-greedy
-vllm-greedy:
-	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+vllm-greedy: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_greedy.py
 
-vllm-traces-check:
-	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+vllm-traces-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
 
 # Optional, never in CI: the names every cited vLLM file defines, for tests/test_vllm_claims.py
@@ -138,10 +140,8 @@ vllm-traces-check:
 # docstring cites a new vLLM file; `make vllm-index-check` only compares. Reads vLLM's source with ast, imports none of it.
 .PHONY: vllm-index vllm-index-check
 
-vllm-index:
-	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+vllm-index: vllm-python
 	$(VLLM_VENV)/bin/python scripts/index_vllm_source.py
 
-vllm-index-check:
-	@test -x $(VLLM_VENV)/bin/python || $(MAKE) --no-print-directory vllm-venv VLLM_VENV=$(VLLM_VENV)
+vllm-index-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/index_vllm_source.py --check
