@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from paged_lab.bench import bench_workload
 from paged_lab.engine import LLM, SamplingParams
 from paged_lab.models import load_model
+from paged_lab.tools.bench import bench_workload
 
 
 def _decode_ms(llm: LLM, prompts: list[list[int]], steps: int) -> tuple[float, list[list[int]]]:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/engine_bench.py --repeats 3
 
 Same workload, same model, same process, same torch threads; prints per-run tokens/s, medians and
-the ratios. The workload and the three runners live in ``paged_lab.bench`` (``python -m paged_lab
+the ratios. The workload and the three runners live in ``paged_lab.tools.bench`` (``python -m paged_lab
 bench`` runs the same thing). Results are recorded in docs/benchmarks.md.
 """
 
@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from paged_lab.cli import main
+from paged_lab.tools.cli import main
 
 if __name__ == "__main__":
     print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.processor() or platform.machine()}")

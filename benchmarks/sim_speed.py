@@ -19,8 +19,8 @@ import gc
 import statistics
 import time
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import ContiguousAllocator, paged, simulate, workloads
+from paged_lab.memory import BlockManager, ContiguousAllocator
+from paged_lab.sim import paged, simulate, workloads
 
 SIZES = (100, 1_000, 10_000)
 

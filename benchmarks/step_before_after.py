@@ -4,7 +4,7 @@ Like ``benchmarks/sim_before_after.py`` (which times the scheduler alone), the o
 ``paged_lab`` (C kernel source included) is copied into a temporary folder as ``paged_lab_before``, so
 both engines run over the same loaded transformers model, and their runs alternate so that the load of
 this shared machine hits both alike. Each engine runs the engine benchmark's workload
-(``paged_lab.bench.bench_workload``: 32 requests, greedy, EOS ignored) in two settings, eager, with
+(``paged_lab.tools.bench.bench_workload``: 32 requests, greedy, EOS ignored) in two settings, eager, with
 chunked prefill at 4,096 tokens a step and prefix caching on (LLM's defaults; ``--prefix-caching off``):
 
 - ``max_num_seqs=32``: every request admitted in the first step (one big prefill), then decode steps of
@@ -41,8 +41,8 @@ import torch
 
 import paged_lab
 import paged_lab.engine
-from paged_lab.bench import bench_workload
 from paged_lab.models import load_model
+from paged_lab.tools.bench import bench_workload
 
 
 def load_before(checkout: Path):

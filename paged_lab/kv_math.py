@@ -29,6 +29,12 @@ _DTYPE_ALIASES = {
 }
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in integers: the blocks ``a`` tokens occupy when a block holds ``b`` (the last one maybe
+    partly filled). vLLM and Triton call it ``cdiv`` too (``vllm.utils.cdiv``, ``triton.cdiv``)."""
+    return -(-a // b)
+
+
 def canonical_dtype(dtype: Any) -> str:
     """Map 'bf16', torch.bfloat16, 'bfloat16' ... to one of DTYPE_BYTES' keys."""
     name = str(dtype).removeprefix("torch.").lower()

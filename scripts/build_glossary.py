@@ -1,4 +1,4 @@
-"""Write docs/glossary.md from paged_lab/glossary.py (the one source of the series' words).
+"""Write docs/glossary.md from paged_lab/classroom/glossary.py (the one source of the series' words).
 
     python scripts/build_glossary.py           # write it
     python scripts/build_glossary.py --check   # exit 1 when docs/glossary.md is out of date
@@ -15,7 +15,7 @@ DOC = ROOT / "docs" / "glossary.md"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from paged_lab import glossary
+    from paged_lab.classroom import glossary
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say whether docs/glossary.md is up to date")

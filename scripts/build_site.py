@@ -13,7 +13,7 @@
   settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
 - Cells collapsed in JupyterLab (``jupyter.source_hidden``: the setup cell, the check cells) show no
   code on the page either, only their output.
-- A quiz (``paged_lab.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
+- A quiz (``paged_lab.classroom.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
 - Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from paged_lab.i18n import LANGS
+from paged_lab.classroom.i18n import LANGS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -37,7 +37,7 @@ PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 TRANSLATED_FOLDERS = LANGS[1:]  # every language but the English source: notebooks/zh-TW/ -> site/zh-TW/
-QUIZ_STATIC = "paged-lab-quiz-static"  # paged_lab.quiz's text rendering
+QUIZ_STATIC = "paged-lab-quiz-static"  # paged_lab.classroom.quiz's text rendering
 
 # Show the static picture of a playground only where the live widget did not render a figure.
 HIDE_FALLBACKS = """<script>

@@ -13,8 +13,8 @@ the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json
 
 ``en_sha`` is the English text the translation was made from: when the English cell changes, its sha
 no longer matches and ``--check`` names the cell (STALE). The generator also
-- adds the language switch to the setup cell (``paged_lab.i18n.use("zh-TW")``: figures, quizzes and
-  the glossary then show ``paged_lab/locale/zh-TW.json``'s words) and, last, a cell that fails when
+- adds the language switch to the setup cell (``paged_lab.classroom.i18n.use("zh-TW")``: figures, quizzes and
+  the glossary then show ``paged_lab/classroom/locale/zh-TW.json``'s words) and, last, a cell that fails when
   something the notebook showed had no translation;
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import sync_badges  # noqa: E402  (the English badges, series table and badge-line rule)
 
-from paged_lab import _project, i18n  # noqa: E402
+from paged_lab import _project  # noqa: E402
+from paged_lab.classroom import i18n  # noqa: E402
 
 LANG = "zh-TW"
 NOTEBOOKS = ROOT / "notebooks"
@@ -47,14 +48,14 @@ OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
 GOALS_HEADING = "你會學到"
 SWITCH = (
-    "\n\nimport paged_lab.i18n\n\n"
-    f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
+    "\n\nimport paged_lab.classroom.i18n\n\n"
+    f'paged_lab.classroom.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
 )
 CHECK_CELL_ID = "zh-tw-check"
 CHECK_CELL = (
     "# 翻譯檢查（由 scripts/build_zh.py 加上）：這本筆記本顯示過的英文字串（圖表、小測驗、詞彙表）\n"
-    "# 在 paged_lab/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
-    "paged_lab.i18n.assert_translated()"
+    "# 在 paged_lab/classroom/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
+    "paged_lab.classroom.i18n.assert_translated()"
 )
 
 
@@ -267,7 +268,7 @@ def _template(node: ast.AST) -> str | None:
     return None
 
 
-QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.quiz: what holds a quiz's texts
+QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.classroom.quiz: what holds a quiz's texts
 QUIZ_MODULES = ROOT / "paged_lab" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
 
 
@@ -318,7 +319,7 @@ def quiz_strings(nb: dict) -> list[str]:
 
 
 def quiz_module_strings() -> dict[str, list[str]]:
-    """The quiz texts of every module in ``paged_lab/quizzes/``, by module file."""
+    """The quiz texts of every module in ``paged_lab/classroom/quizzes/``, by module file."""
     return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in sorted(QUIZ_MODULES.glob("*.py"))}
 
 
@@ -326,7 +327,7 @@ def untranslated_strings() -> list[tuple[str, str]]:
     """(notebook or quiz module, quiz text) for every quiz text of the series that the catalogue lacks."""
     strings = i18n.catalogue(LANG)["strings"]
     found = [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p))]
-    found += [(f"paged_lab/quizzes/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
+    found += [(f"paged_lab/classroom/quizzes/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
     return [(where, s) for where, s in found if s not in strings]
 
 
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale, missing or out of date")
     mode.add_argument("--stale", action="store_true", help="list stale and missing cells with their English text")
-    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/locale/zh-TW.json lacks")
+    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/classroom/locale/zh-TW.json lacks")
     args = parser.parse_args(argv)
     if args.strings:
         missing = untranslated_strings()

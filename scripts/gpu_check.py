@@ -10,7 +10,7 @@ About 5-8 minutes on one H100/H200-class GPU. Four parts, each also runnable alo
   16/32/64: achieved HBM bandwidth as a share of the datasheet peak, and the time against torch SDPA on
   a contiguous cache;
 - ``identity``: the engine on random Llama-3.2-1B in bf16 (fp16 without bf16 tensor cores), greedy, 8
-  prompts, against transformers: equal until the first near-tie (``paged_lab.gpu.compare_greedy``);
+  prompts, against transformers: equal until the first near-tie (``paged_lab.tools.gpu.compare_greedy``);
 - ``throughput``: the engine's tokens/s against transformers static batching, 64 skewed requests.
 
 Writes ``report.md`` and ``results.csv`` to ``--out``, naming the GPU and each figure's command. On a
@@ -186,8 +186,8 @@ def _read_csv(path: Path) -> list[dict]:
 
 
 def _load(args):
-    from paged_lab.gpu import model_dtype
     from paged_lab.models import load_model
+    from paged_lab.tools.gpu import model_dtype
 
     dtype = model_dtype("cuda")
     model, tok, spec = load_model(args.model, dtype=dtype, device="cuda", progress=False)
@@ -196,7 +196,7 @@ def _load(args):
 
 def check_identity(args, loaded) -> list[Result]:
     from paged_lab.engine import LLM, SamplingParams
-    from paged_lab.gpu import NEAR_TIE_MARGIN, compare_greedy, hf_greedy
+    from paged_lab.tools.gpu import NEAR_TIE_MARGIN, compare_greedy, hf_greedy
 
     model, tok, _, dtype = loaded
     llm = LLM(model, tokenizer=tok, dtype=dtype, num_kv_blocks=1024, attention_backend="auto")
@@ -221,7 +221,7 @@ def check_identity(args, loaded) -> list[Result]:
 
 
 def check_throughput(args, loaded) -> list[Result]:
-    from paged_lab import bench
+    from paged_lab.tools import bench
 
     model, tok, spec, dtype = loaded
     report = bench.run_bench(repeats=2, batch_size=16, num_requests=args.requests, num_long=8, long_tokens=256,

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 OUT = NOTEBOOKS / "exercises"
 sys.path.insert(0, str(ROOT))
-from paged_lab.exercises import stub_message  # noqa: E402
+from paged_lab.classroom.exercises import stub_message  # noqa: E402
 
 SOLUTION, CHECK, EXERCISE = "solution", "grade", "exercise"
 LEARNER_NOTE = ("This is the **learner copy**: write each function where you see `...` (delete the "

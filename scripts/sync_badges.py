@@ -32,6 +32,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from paged_lab import _project  # noqa: E402
+from paged_lab.kv_math import cdiv  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
@@ -149,8 +150,8 @@ BUDGET_DOC = ROOT / "docs" / "notebooks.md"  # the measured wall time of each no
 def reading_minutes(nb: nbformat.NotebookNode) -> int:
     """Minutes to read a notebook's markdown at READING_WPM, rounded up to 5 (at least 5)."""
     words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
-    minutes = -(-words // READING_WPM)  # ceil
-    return max(5, -(-minutes // 5) * 5)
+    minutes = cdiv(words, READING_WPM)  # ceil
+    return max(5, cdiv(minutes, 5) * 5)
 
 
 def run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:

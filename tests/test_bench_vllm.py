@@ -11,9 +11,9 @@ import textwrap
 import pytest
 from scriptkit import ROOT, load_script
 
-from paged_lab import bench_vllm
-from paged_lab.bench import BenchRequest, RunResult
-from paged_lab.cli import build_parser
+from paged_lab.tools import bench_vllm
+from paged_lab.tools.bench import BenchRequest, RunResult
+from paged_lab.tools.cli import build_parser
 
 
 def test_compare_tokens_counts_identical_requests_and_finds_the_first_divergence():

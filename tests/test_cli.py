@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from paged_lab.cli import build_parser, final_block_tables, main
 from paged_lab.memory import BlockManager
+from paged_lab.tools.cli import build_parser, final_block_tables, main
 
 
 def test_generate_prints_text_and_block_tables():
@@ -57,7 +57,7 @@ def test_a_small_bench_reports_tokens_per_second_and_ratios(smollm2):
     paged_lab multiplied and gives the ratio against each baseline it ran."""
     import torch
 
-    from paged_lab.bench import format_report, run_bench
+    from paged_lab.tools.bench import format_report, run_bench
 
     report = run_bench(repeats=1, batch_size=2, threads=torch.get_num_threads(), num_requests=4, num_long=1,
                        long_tokens=6, methods=("paged_lab", "hf_static"), progress=False, loaded=smollm2)

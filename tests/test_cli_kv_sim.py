@@ -1,5 +1,5 @@
-from paged_lab.cli import main
 from paged_lab.kv_math import GB, get_spec, plan_capacity
+from paged_lab.tools.cli import main
 
 
 def test_kv_prints_the_formula_and_capacity(capsys):

@@ -1,7 +1,7 @@
 import pytest
 
+from paged_lab.memory import ContiguousAllocator
 from paged_lab.memory.errors import OutOfBlocks
-from paged_lab.sched import ContiguousAllocator
 
 
 def test_locker_old_manager_fits_five_reservations_of_twelve():
@@ -173,7 +173,7 @@ def test_own_size_reservations_tile_the_pool(ops):
 
 
 def test_slot_map_draws_each_reservation_at_its_own_size():
-    from paged_lab.sched import slot_map
+    from paged_lab.sim import slot_map
 
     old = ContiguousAllocator(12, 6)
     old.allocate("a", [1, 2], reserve=3)

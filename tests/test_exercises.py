@@ -1,4 +1,4 @@
-"""paged_lab.exercises (the check) and scripts/make_exercises.py (the learner copies, via `make exercises`)."""
+"""paged_lab.classroom.exercises (the check) and scripts/make_exercises.py (the learner copies, via `make exercises`)."""
 
 import ast
 import re
@@ -14,8 +14,8 @@ import nbformat
 import pytest
 from scriptkit import load_script
 
-from paged_lab import exercises
-from paged_lab.exercises import EXERCISES, check, solution
+from paged_lab.classroom import exercises
+from paged_lab.classroom.exercises import EXERCISES, check, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00"))
@@ -206,7 +206,7 @@ def test_the_time_limit_stops_an_endless_loop_inside_a_jupyter_kernel(tmp_path):
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from paged_lab.exercises import check\n\n"
+        "from paged_lab.classroom.exercises import check\n\n"
         "def slot_for(pos, block_table, block_size):\n    while True:\n        pass\n\n"
         "print(check(slot_for, time_limit=0.5).text)"), nbformat.v4.new_code_cell("print(6 * 7)")]
     NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -6,10 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_sched_properties import config  # the same scheduler settings the property tests draw
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import ContiguousAllocator, Scheduler, Sequence, paged, simulate
-from paged_lab.sched import workloads as W
-from paged_lab.sched.fastpath import FastScheduler
+from paged_lab.memory import BlockManager, ContiguousAllocator
+from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sim import paged, simulate
+from paged_lab.sim import workloads as W
+from paged_lab.sim.fastpath import FastScheduler
 
 
 def run_both(wl, make_textbook, make_fast, cfg):

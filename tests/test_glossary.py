@@ -1,9 +1,9 @@
-"""paged_lab.glossary: one source of the series' words, the docs page it writes, and the notebooks' use of it.
+"""paged_lab.classroom.glossary: one source of the series' words, the docs page it writes, and the notebooks' use of it.
 
 What "a notebook's summary uses a term" means here, precisely:
 - every name in the notebook's ``glossary.table([...])`` call (its code cells, parsed with ``ast``), and
 - every **bold** phrase in its summary (the markdown cell that starts with ``## Summary``).
-Each must be a term of ``paged_lab.glossary`` (its serving name or an alias); a bold summary term must
+Each must be a term of ``paged_lab.classroom.glossary`` (its serving name or an alias); a bold summary term must
 also be one of the rows the notebook's table shows, so the reader finds it explained right there.
 """
 
@@ -15,8 +15,8 @@ import nbformat
 import pytest
 from scriptkit import load_script
 
-from paged_lab import glossary
-from paged_lab.glossary import TERMS, lookup, table
+from paged_lab.classroom import glossary
+from paged_lab.classroom.glossary import TERMS, lookup, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_"))
@@ -120,7 +120,7 @@ def test_notebook_summary_uses_only_glossary_terms(path):
     assert not unknown, f"{path.name}: glossary.table names terms the glossary lacks: {unknown}"
     shown = {lookup(n).name for n in calls[0]}
     for term in summary_terms(nb):
-        assert glossary.knows(term), f"{path.name}: the summary bolds {term!r}, which paged_lab.glossary lacks"
+        assert glossary.knows(term), f"{path.name}: the summary bolds {term!r}, which paged_lab.classroom.glossary lacks"
         assert lookup(term).name in shown, f"{path.name}: the summary bolds {term!r} but its glossary table omits it"
 
 

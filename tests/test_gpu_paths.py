@@ -11,7 +11,7 @@ import torch
 from scriptkit import load_script
 
 import paged_lab
-from paged_lab import gpu
+from paged_lab.tools import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 NB06 = ROOT / "notebooks" / "06_triton_paged_attention.ipynb"

@@ -1,7 +1,7 @@
 """Every KV read returns the KV of the reader's own tokens, with prefix caching on, over thousands of
 random configurations (preemption by recompute and swap, token budgets, twins admitted in one step,
 shared system prompts, arrivals over time, n > 1 by fork), checked without a model by
-``paged_lab.sched.kv_check`` and the BlockManager's invariants after every step.
+``paged_lab.sim.kv_check`` and the BlockManager's invariants after every step.
 
 The engine-level twin of this file, ``test_prefix_cache_tokens.py``, runs a real forward and requires
 the same greedy tokens with caching on and off.
@@ -15,9 +15,9 @@ import pytest
 
 from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence
-from paged_lab.sched.fastpath import FastScheduler
-from paged_lab.sched.kv_check import KVContentChecker, StaleKVRead
 from paged_lab.sched.scheduler import RequestTooLargeError
+from paged_lab.sim.fastpath import FastScheduler
+from paged_lab.sim.kv_check import KVContentChecker, StaleKVRead
 
 VOCAB = 11  # few token ids: unrelated prompts share blocks by chance too
 

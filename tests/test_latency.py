@@ -6,8 +6,8 @@ import pytest
 from test_engine_phases import _tiny_llama, _Tok  # the same 2-layer random Llama and id tokenizer
 
 from paged_lab.engine import LLM, SamplingParams
-from paged_lab.sched import paged, simulate, workloads
-from paged_lab.sched.latency import latency_summary, percentiles, token_gaps
+from paged_lab.sim import paged, simulate, workloads
+from paged_lab.sim.latency import latency_summary, percentiles, token_gaps
 
 
 # ------------------------------------------------------------------------------------ latency math
@@ -77,7 +77,7 @@ def test_a_preempted_request_shows_its_stall_as_one_long_inter_token_gap():
 def _output_steps(res, row):
     """The victim's output steps, rebuilt from a second identical run (the rows keep no lists)."""
     from paged_lab.sched import Sequence
-    from paged_lab.sched.fastpath import FastScheduler
+    from paged_lab.sim.fastpath import FastScheduler
 
     sched = FastScheduler(paged(4, 4), max_num_seqs=2)
     seqs = [Sequence(i, r.prompt_token_ids, r.max_tokens, None, True) for i, r in

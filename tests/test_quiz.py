@@ -1,10 +1,9 @@
-"""paged_lab.quiz: every pick is told why, a number box checks what was typed, the text rendering keeps it all."""
+"""paged_lab.classroom.quiz: every pick is told why, a number box checks what was typed, the text rendering keeps it all."""
 
 import ipywidgets as W
 import pytest
 
-from paged_lab.kv_math import plan_capacity
-from paged_lab.quiz import (
+from paged_lab.classroom.quiz import (
     CHOICE_CLASS,
     FEEDBACK_CLASS,
     NOT_A_NUMBER,
@@ -22,6 +21,7 @@ from paged_lab.quiz import (
     distinct_mistakes,
     parse_number,
 )
+from paged_lab.kv_math import plan_capacity
 
 
 def lockers(empty=36, reserved=60):

@@ -1,4 +1,4 @@
-"""The series' quizzes (``paged_lab/quizzes/nbNN.py``), held to the rules that keep them honest (issue 27):
+"""The series' quizzes (``paged_lab/classroom/quizzes/nbNN.py``), held to the rules that keep them honest (issue 27):
 
 - whichever choice a learner picks, they are told why: every choice carries its own explanation, and no
   two choices of a question share one; a wrong choice's explanation never states the right answer;
@@ -8,7 +8,7 @@
 - every series notebook asks for at least one number the learner computes, whose answer the package
   computes when the quiz is built (``source``: paged_lab code, not the quiz's own);
 - the quiz lives out of the reading path: no uncollapsed cell of a notebook holds a question, a choice
-  or an answer; the quiz cell only calls ``paged_lab.quizzes.nbNN.quiz(...)``, and the check cell that
+  or an answer; the quiz cell only calls ``paged_lab.classroom.quizzes.nbNN.quiz(...)``, and the check cell that
   compares its answers with the notebook's numbers is collapsed (in Colab too: ``cellView: form``).
 
 The quizzes are built here from the facts of each notebook's own run (``FACTS``: the values the
@@ -27,8 +27,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from paged_lab import i18n
-from paged_lab.quiz import LETTERS, NumberQuestion, Question, Quiz
+from paged_lab.classroom import i18n
+from paged_lab.classroom.quiz import LETTERS, NumberQuestion, Question, Quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
@@ -83,7 +83,7 @@ FACTS = {
 
 
 def module(number: str):
-    return importlib.import_module(f"paged_lab.quizzes.nb{number}")
+    return importlib.import_module(f"paged_lab.classroom.quizzes.nb{number}")
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_every_notebook_asks_for_a_number_the_package_computes(quizzes, number):
     numbers = [q for q in quizzes[number] if isinstance(q, NumberQuestion)]
     assert numbers, f"nb{number}: no NumberQuestion"
     for q in numbers:
-        assert q.source.startswith("paged_lab.") and not q.source.startswith(("paged_lab.quiz.", "paged_lab.quizzes")), (
+        assert q.source.startswith("paged_lab.") and not q.source.startswith(("paged_lab.classroom.quiz.", "paged_lab.classroom.quizzes")), (
             f"nb{number}: the answer of {q.prompt[:40]!r}... must come from the package's code, not {q.source}")
         assert q.check(q.answer_text).correct and not q.check(str(q.answer + 1)).correct
         assert q.check(str(q.answer + 1)).text.startswith("✗ Too high")
@@ -190,7 +190,7 @@ def test_the_quiz_lives_out_of_the_reading_path(path):
         found = QUIZ_DATA.search(cell.source)
         assert not found, f"{path.name} cell {cell.id} shows quiz data ({found.group(0)!r}): it belongs in paged_lab/quizzes"
     quiz_cell = next((c for c in visible if f"nb{number}.quiz(" in c.source), None)
-    assert quiz_cell is not None and f"from paged_lab.quizzes import nb{number}" in quiz_cell.source
+    assert quiz_cell is not None and f"from paged_lab.classroom.quizzes import nb{number}" in quiz_cell.source
     assert quiz_cell.source.rstrip().endswith("\nquiz"), f"{path.name}: the quiz cell should end by showing `quiz`"
     cells = _cells(path)
     check = cells[cells.index(quiz_cell) + 1]

@@ -4,9 +4,10 @@ under static and continuous batching with recompute and swap preemption."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import ContiguousAllocator, RequestTooLargeError, Scheduler, Sequence, simulate
-from paged_lab.sched import workloads as W
+from paged_lab.memory import BlockManager, ContiguousAllocator
+from paged_lab.sched import RequestTooLargeError, Scheduler, Sequence
+from paged_lab.sim import simulate
+from paged_lab.sim import workloads as W
 
 requests = st.lists(st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(0, 8)), min_size=1, max_size=12)
 config = st.fixed_dictionaries({

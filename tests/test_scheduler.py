@@ -2,14 +2,8 @@
 
 import pytest
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import (
-    ContiguousAllocator,
-    RequestTooLargeError,
-    Scheduler,
-    Sequence,
-    SequenceStatus,
-)
+from paged_lab.memory import BlockManager, ContiguousAllocator
+from paged_lab.sched import RequestTooLargeError, Scheduler, Sequence, SequenceStatus
 
 
 def step(sched, tokens=None):

@@ -2,10 +2,11 @@
 
 import pytest
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import ContiguousAllocator, Scheduler, paged, simulate
-from paged_lab.sched import workloads as W
-from paged_lab.sched.simulate import TIMELINE_COLUMNS
+from paged_lab.memory import BlockManager, ContiguousAllocator
+from paged_lab.sched import Scheduler
+from paged_lab.sim import paged, simulate
+from paged_lab.sim import workloads as W
+from paged_lab.sim.simulate import TIMELINE_COLUMNS
 
 
 def run_windows(mode):

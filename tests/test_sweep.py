@@ -2,7 +2,7 @@
 
 import pytest
 
-from paged_lab.sched.sweep import latency_sweep, run_point, saturation
+from paged_lab.sim.sweep import latency_sweep, run_point, saturation
 from paged_lab.viz.latency import fig_throughput_latency, latency_playground, latency_readout
 
 RATES = (0.05, 0.3, 1.0)

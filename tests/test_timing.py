@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from paged_lab.sched import paged, simulate, workloads
-from paged_lab.sched.timing import StepTime, chunked_prefill_runs, step_end_times, timed_latency
+from paged_lab.sim import paged, simulate, workloads
+from paged_lab.sim.timing import StepTime, chunked_prefill_runs, step_end_times, timed_latency
 from paged_lab.viz.latency import fig_chunked_prefill
 
 CHATS = [f"chat{i}" for i in range(8)]
@@ -48,7 +48,7 @@ def test_chunked_prefill_figure_has_a_line_per_budget_and_panel(runs):
 
 
 def test_preemption_costs_recompute_vs_prefix_cache_vs_swap():
-    from paged_lab.sched.timing import preemption_costs
+    from paged_lab.sim.timing import preemption_costs
 
     tight = workloads.uniform(16, prompt_len=(16, 64), output_len=(8, 64), seed=0)
     costs = preemption_costs(tight, num_blocks=12)

@@ -1,7 +1,8 @@
 import pytest
 
-from paged_lab.sched import ContiguousAllocator, paged, simulate
-from paged_lab.sched import workloads as W
+from paged_lab.memory import ContiguousAllocator
+from paged_lab.sim import paged, simulate
+from paged_lab.sim import workloads as W
 from paged_lab.viz import sched as V
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from scriptkit import ROOT, load_script
 
-from paged_lab import glossary
+from paged_lab.classroom import glossary
 
 CLAIMS = ROOT / "docs" / "vllm_claims.md"
 INDEX = ROOT / "tests" / "data" / "vllm_source_index.json"

@@ -75,7 +75,7 @@ def test_the_scheduler_makes_vllm_v1s_decisions(name):
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_fast_scheduler_makes_the_same_decisions(name):
-    from paged_lab.sched.fastpath import FastScheduler
+    from paged_lab.sim.fastpath import FastScheduler
 
     replay(SCENARIOS[name], FastScheduler)
 

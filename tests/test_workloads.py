@@ -1,6 +1,6 @@
 import pytest
 
-from paged_lab.sched import workloads as W
+from paged_lab.sim import workloads as W
 
 
 def test_seeded_generators_are_deterministic():

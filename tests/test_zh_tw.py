@@ -5,7 +5,7 @@
 - the staleness check works: change an English markdown cell in a copy and it names that cell;
 - every quiz text of the series and every glossary term has a translation (the zh-TW notebooks' last cell
   checks the rest of what they show: figure titles, axis labels, readouts);
-- ``paged_lab.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
+- ``paged_lab.classroom.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import plotly.graph_objects as go
 import pytest
 from scriptkit import load_script
 
-from paged_lab import glossary, i18n
+from paged_lab.classroom import glossary, i18n
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 from paged_lab.kv_math import plan_capacity
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ def test_a_zh_tw_notebook_has_the_english_code_and_cell_ids(path):
         else:
             assert zh_src != en_src, f"{path.name} {en['id']} is not translated"
     code = ["".join(c["source"]) for c in zh_cells if c["cell_type"] == "code"]
-    assert sum('paged_lab.i18n.use("zh-TW")' in src for src in code) == 1
+    assert sum('paged_lab.classroom.i18n.use("zh-TW")' in src for src in code) == 1
     first = "".join(zh_cells[0]["source"])
     assert build_zh.zh_badges(path.name) in first and f"](../{path.name})" in first  # badges + English link
 
@@ -170,7 +170,7 @@ def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
 
 def test_every_quiz_text_of_the_series_has_a_translation():
     missing = build_zh.untranslated_strings()
-    assert not missing, "add to paged_lab/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
+    assert not missing, "add to paged_lab/classroom/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
         f"{name}: {text}" for name, text in missing)
 
 
@@ -185,7 +185,7 @@ def test_quiz_strings_are_read_from_the_cells_as_templates():
 def test_every_glossary_term_is_translated_from_its_current_meaning():
     entries = i18n.catalogue("zh-TW")["glossary"]
     problems = [t.name for t in glossary.TERMS if t.name not in entries or entries[t.name].get("en") != t.meaning]
-    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/locale/zh-TW.json"
+    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/classroom/locale/zh-TW.json"
     assert not set(entries) - {t.name for t in glossary.TERMS}, "translations of terms the glossary dropped"
 
 
@@ -275,7 +275,7 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
 def test_the_quiz_feedback_sentences_are_translated():
     """What a pick or a typed number is told is translated when it is shown, not when the quiz is
     rendered, so the zh-TW notebooks' last cell cannot see a missing one: this test does."""
-    from paged_lab import quiz as Q
+    from paged_lab.classroom import quiz as Q
 
     strings = i18n.catalogue("zh-TW")["strings"]
     phrases = [Q.RIGHT, Q.WRONG, Q.TOO_LOW, Q.TOO_HIGH, Q.NOT_A_NUMBER, Q.TRY_ANOTHER, Q.LESS_THAN, Q.MORE_THAN,
@@ -291,7 +291,7 @@ def test_a_glossary_table_shows_both_languages(zh):
 
 
 def test_importing_i18n_loads_neither_torch_nor_plotly():
-    code = "import sys, paged_lab.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
+    code = "import sys, paged_lab.classroom.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
@@ -315,7 +315,7 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
     the solution's heading) is translated when shown; the call and the package's code stay as they are."""
     import re
 
-    from paged_lab import exercises as X
+    from paged_lab.classroom import exercises as X
 
     def stub(*args):
         raise NotImplementedError(X.stub_message(name))
@@ -344,7 +344,7 @@ def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
     """The lines check() adds for a function stopped at its time limit and for an answer of the wrong type."""
     import re
 
-    from paged_lab import exercises as X
+    from paged_lab.classroom import exercises as X
 
     ex = X.EXERCISES["admit"]
     texts = [X._timed_out(ex, ex.cases[0], 10.0, generated=g) for g in (False, True)]

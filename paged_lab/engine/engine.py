@@ -38,7 +38,7 @@ from paged_lab.engine.sampling import make_generator, sample
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
-from paged_lab.sched.latency import latency_summary, token_gaps
+from paged_lab.sim.latency import latency_summary, token_gaps
 
 PARALLEL_SAMPLING = ("fork", "prefix")  # V0 (the paper) / V1
 

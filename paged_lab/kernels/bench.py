@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from paged_lab.kernels.dispatch import paged_attention_decode
+from paged_lab.kv_math import cdiv
 
 # Datasheet peak memory bandwidth, GB/s (10^9 B/s), by the GPU's name as torch.cuda.get_device_name()
 # gives it, less the vendor prefix ("NVIDIA ", "Tesla ", "GeForce "): matched exactly, so "A100-..."
@@ -134,7 +135,7 @@ def cuda_time_ms(fn, device="cuda", warmup: int = 3, iters: int = 20, flush_l2: 
 def make_decode_inputs(batch, context_len, block_size, num_heads, num_kv_heads, head_dim, dtype, device, seed=0):
     """A shuffled paged cache holding ``batch`` sequences, plus the same K/V contiguous for SDPA."""
     g = torch.Generator(device=device).manual_seed(seed)
-    blocks_per_seq = -(-context_len // block_size)
+    blocks_per_seq = cdiv(context_len, block_size)
     num_blocks = batch * blocks_per_seq
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_cache = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from paged_lab.kv_math import cdiv
+
 
 def store_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
     """Write token ``i``'s K/V into slot ``slot_mapping[i]`` of the paged pool (in place).
@@ -40,7 +42,7 @@ def gather_kv(k_cache, v_cache, block_table, context_len: int):
     Returns two contiguous tensors ``[context_len, num_kv_heads, head_dim]``.
     """
     block_size = k_cache.shape[1]
-    num_blocks = -(-context_len // block_size)  # ceil: the last block may be partly filled
+    num_blocks = cdiv(context_len, block_size)  # ceil: the last block may be partly filled
     blocks = block_table[:num_blocks].long()
     k = k_cache[blocks].flatten(0, 1)[:context_len]  # [num_blocks * block_size, kv_heads, d] -> first context_len rows
     v = v_cache[blocks].flatten(0, 1)[:context_len]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from paged_lab.kv_math import cdiv
+
 
 def decode_program(q_group, k_cache, v_cache, block_table, context_len: int, kv_head: int, scale: float,
                    blocks: range | None = None):  # fmt: skip
@@ -21,7 +23,7 @@ def decode_program(q_group, k_cache, v_cache, block_table, context_len: int, kv_
     ``out = 0`` and ``lse = -inf``, i.e. weight zero in :func:`merge_splits`.
     """
     block_size = k_cache.shape[1]
-    blocks = range(-(-context_len // block_size)) if blocks is None else blocks
+    blocks = range(cdiv(context_len, block_size)) if blocks is None else blocks
     q = q_group.float()
     m = torch.full((q.shape[0],), float("-inf"), device=q.device)  # running max of the scores
     l_sum = torch.zeros(q.shape[0], device=q.device)  # running sum of exp(score - m)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from paged_lab.kernels import reference
+from paged_lab.kv_math import cdiv
 
 
 @dataclass
@@ -49,7 +50,7 @@ def random_paged_kv(
     the unused tail of each block-table row (the kernels must never read it).
     """
     g = torch.Generator().manual_seed(seed)
-    need = [-(-n // block_size) for n in context_lens]  # blocks per sequence, last one maybe partial
+    need = [cdiv(n, block_size) for n in context_lens]  # blocks per sequence, last one maybe partial
     num_blocks = sum(need) + extra_blocks
     order = torch.randperm(num_blocks, generator=g) if shuffle else torch.arange(num_blocks)
     max_blocks = max([1, *need])

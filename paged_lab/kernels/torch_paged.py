@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from paged_lab.kernels import reference
+from paged_lab.kv_math import cdiv
 
 
 @dataclass
@@ -61,7 +62,7 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
     dev = block_tables.device
     lens = context_lens.to(device=dev, dtype=torch.long)
     max_ctx = int(lens.max()) if max_ctx is None else int(max_ctx)
-    nb = max(1, -(-max_ctx // block_size))
+    nb = max(1, cdiv(max_ctx, block_size))
     first_pos = torch.arange(nb, device=dev) * block_size  # [nb]
     table = block_tables[:, :nb].to(dtype=torch.long)  # [S, nb]
     table = torch.where(first_pos[None, :] < lens[:, None], table, 0)  # padding entries may hold anything

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from paged_lab.kv_math import cdiv
+
 
 @dataclass(frozen=True)
 class BlockSizeCost:
@@ -41,6 +43,6 @@ def block_size_cost(context_lens: Sequence[int], block_size: int) -> BlockSizeCo
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     if any(n < 0 for n in context_lens):
         raise ValueError(f"context_lens must be >= 0, got min {min(context_lens)}")
-    entries = sum(-(-n // block_size) for n in context_lens)
+    entries = sum(cdiv(n, block_size) for n in context_lens)
     tokens = sum(context_lens)
     return BlockSizeCost(block_size, len(context_lens), tokens, entries, entries * block_size - tokens)

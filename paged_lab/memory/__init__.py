@@ -1,4 +1,5 @@
-"""Paged KV-cache memory: a block pool, block tables, copy-on-write, prefix caching, an event log.
+"""Paged KV-cache memory: a block pool, block tables, copy-on-write, prefix caching, an event log;
+and the contiguous allocator it replaces (one reservation per request, notebook 02).
 
     from paged_lab.memory import BlockManager
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
@@ -9,6 +10,7 @@
 
 from paged_lab.memory.block_manager import BlockManager, BlockManagerStats, CowAction
 from paged_lab.memory.block_pool import BlockPool
+from paged_lab.memory.contiguous import ContiguousAllocator
 from paged_lab.memory.errors import (
     BlockManagerError,
     DuplicateSequence,
@@ -22,7 +24,7 @@ from paged_lab.memory.events import KINDS, Event, PoolState, replay
 from paged_lab.memory.prefix_cache import block_hashes, hash_block
 
 __all__ = [
-    "BlockManager", "BlockManagerStats", "CowAction", "BlockPool",
+    "BlockManager", "BlockManagerStats", "CowAction", "BlockPool", "ContiguousAllocator",
     "BlockManagerError", "DuplicateSequence", "InvalidArgument", "InvalidBlockConfig", "InvalidTokenId",
     "OutOfBlocks",
     "UnknownSequence", "KINDS", "Event", "PoolState", "replay", "block_hashes", "hash_block",

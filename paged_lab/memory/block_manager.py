@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from paged_lab._checks import check_int, check_token_ids
+from paged_lab.kv_math import cdiv
 from paged_lab.memory.block_pool import BlockPool
 from paged_lab.memory.errors import (
     DuplicateSequence,
@@ -123,7 +124,7 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that ``num_tokens`` tokens occupy: ceil(num_tokens / block_size)."""
-        return (num_tokens + self.block_size - 1) // self.block_size
+        return cdiv(num_tokens, self.block_size)
 
     def _tokens_in_block(self, s: _Seq, i: int) -> int:
         """Tokens held by the ``i``-th block of ``s``'s table: full, except maybe the last."""

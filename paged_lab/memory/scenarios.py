@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import random
 
+from paged_lab.kv_math import cdiv
 from paged_lab.memory.block_manager import BlockManager
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def system_prompt(system_len: int) -> list[int]:
@@ -29,7 +26,7 @@ def shared_prefix(k: int, system_len: int, user_len: int, block_size: int,
     if k < 1 or system_len < 0 or user_len < 0 or system_len + user_len < 1:
         raise ValueError(f"need k >= 1 and system_len + user_len >= 1, got k={k}, "
                          f"system_len={system_len}, user_len={user_len}")
-    need = k * _ceil(system_len + user_len, block_size)
+    need = k * cdiv(system_len + user_len, block_size)
     bm = BlockManager(num_blocks or need, block_size, enable_prefix_caching=enable_prefix_caching)
     system = system_prompt(system_len)
     for i in range(k):
@@ -59,7 +56,7 @@ def parallel_sampling(n: int, prompt: list[int], new_tokens: int, block_size: in
     ``100 * (s + 1) + t``, so the samples diverge at once)."""
     if n < 1 or new_tokens < 0:
         raise ValueError(f"need n >= 1 and new_tokens >= 0, got n={n}, new_tokens={new_tokens}")
-    need = _ceil(len(prompt), block_size) + n * (_ceil(new_tokens, block_size) + 1)
+    need = cdiv(len(prompt), block_size) + n * (cdiv(new_tokens, block_size) + 1)
     bm = BlockManager(num_blocks or need, block_size)
     bm.allocate("sample-0", prompt)
     for s in range(1, n):

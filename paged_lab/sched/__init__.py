@@ -1,25 +1,17 @@
-"""Scheduling: sequences, static and continuous batching, admission, preemption, and simulate().
+"""Scheduling: sequences, static and continuous batching, admission, preemption (notebook 05).
 
-    from paged_lab.sched import Scheduler, Sequence, simulate, workloads
+    from paged_lab.sched import Scheduler, Sequence
     from paged_lab.memory import BlockManager
-    res = simulate(workloads.windows_story(), BlockManager(64, 4), {"max_num_seqs": 3, "mode": "static"})
-    res.makespan   # 8 rounds (continuous: 6)
+    sched = Scheduler(BlockManager(64, 4), max_num_seqs=3, mode="static")
+    sched.add_request(Sequence("a", prompt_token_ids=[1, 2, 3], max_tokens=4))
+    out = sched.schedule()             # this step's work: a SchedulerOutput
+    sched.update(out, [42])            # one sampled token per entry of out.sampling
+
+``paged_lab.sim.simulate`` runs this Scheduler over a whole workload with no model.
 """
 
-from paged_lab.sched import workloads
-from paged_lab.sched.contiguous import ContiguousAllocator
-from paged_lab.sched.scheduler import (
-    RequestTooLargeError,
-    ScheduledSeq,
-    Scheduler,
-    SchedulerOutput,
-)
+from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
+from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
-from paged_lab.sched.simulate import SimResult, Span, memory_stats, paged, simulate, slot_map, synthetic_token
-from paged_lab.sched.workloads import Request, Workload
 
-__all__ = [
-    "ContiguousAllocator", "Request", "RequestTooLargeError", "ScheduledSeq", "Scheduler",
-    "SchedulerOutput", "Sequence", "SequenceStatus", "SimResult", "Span", "Workload", "memory_stats",
-    "paged", "simulate", "slot_map", "synthetic_token", "workloads",
-]
+__all__ = ["RequestTooLargeError", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus"]

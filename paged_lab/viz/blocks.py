@@ -21,6 +21,7 @@ from functools import lru_cache
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from paged_lab.kv_math import cdiv
 from paged_lab.memory import BlockManager, Event, PoolState, replay
 from paged_lab.memory.events import _Replayer
 from paged_lab.memory.scenarios import prefix_sharing_summary, random_requests
@@ -159,7 +160,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     seqs = [s for s in order if s in state.tables]
     step = 1 + GAP
     row_step = 1 + 2.5 * GAP  # pool rows are spaced out: arrows reach each block along the gap below it
-    pool_rows = -(-state.num_blocks // cols)
+    pool_rows = cdiv(state.num_blocks, cols)
     top = 3.0
     bottom = min(-(frame.rows - 1) * step, 1.2 - (pool_rows - 1) * row_step) - 0.3
     x_table = frame.logical * step + 0.4  # where the block table text starts
@@ -437,7 +438,7 @@ def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int]) -> l
     wasted slots (the empty tail of each last block) and the block-table entries."""
     rows = []
     for bs in block_sizes:
-        bm = BlockManager(sum(-(-n // bs) for n in lengths), bs)
+        bm = BlockManager(sum(cdiv(n, bs) for n in lengths), bs)
         for i, n in enumerate(lengths):
             bm.allocate(i, [0] * n)
         slots = bm.num_used_blocks * bs

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from paged_lab.kernels.tradeoff import block_size_cost
+from paged_lab.kv_math import cdiv
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 FREE = "#e5e5e5"
@@ -30,7 +31,7 @@ def fig_paged_pool(block_tables, context_lens, num_blocks: int, block_size: int,
     z = [[-1.0] * block_size for _ in range(num_blocks)]  # -1 free, s owner, s + 0.5 allocated but empty
     text = [[""] * block_size for _ in range(num_blocks)]
     for s, (row, n) in enumerate(zip(tables, lens)):
-        for j in range(-(-n // block_size)):
+        for j in range(cdiv(n, block_size)):
             for off in range(block_size):
                 pos = j * block_size + off
                 z[row[j]][off] = s + (0.0 if pos < n else 0.5)
@@ -173,7 +174,7 @@ def fig_last_block_mask(context_len: int, block_size: int, table: Sequence[int] 
     last block that a kernel must mask twice (load as 0, score as -inf)."""
     if context_len < 1 or block_size < 1:
         raise ValueError(f"context_len and block_size must be >= 1, got {context_len} and {block_size}")
-    num_blocks = -(-context_len // block_size)
+    num_blocks = cdiv(context_len, block_size)
     table = list(table) if table is not None else list(range(num_blocks))
     if len(table) < num_blocks:
         raise ValueError(f"table lists {len(table)} blocks; {context_len} tokens need {num_blocks}")

@@ -1,6 +1,6 @@
 """Pure figures for time (notebook 05, section 5): the throughput-latency curve and its playground.
 
-``fig_throughput_latency`` draws points from ``paged_lab.sched.sweep``; ``latency_playground`` runs
+``fig_throughput_latency`` draws points from ``paged_lab.sim.sweep``; ``latency_playground`` runs
 the sweep for the numbers the sliders pick (cached per point), then draws.
 """
 
@@ -14,7 +14,7 @@ from functools import lru_cache
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from paged_lab.sched.sweep import DESIGNS, LABELS, RATES, CurvePoint, latency_sweep, saturation
+from paged_lab.sim.sweep import DESIGNS, LABELS, RATES, CurvePoint, latency_sweep, saturation
 from paged_lab.viz.tables import table
 
 COLORS = {"static": "#ff7f0e", "contiguous": "#9467bd", "paged": "#1f77b4"}
@@ -129,7 +129,7 @@ def fig_chunked_prefill(runs, step_time=None, chat: str = "chat0",
                         title: str = "A long prompt arrives: one big step, or chunks under a token budget") -> go.Figure:
     """Per budget (``sched.timing.chunked_prefill_runs``): tokens computed per step (top) and the
     gap before each of ``chat``'s tokens in modelled milliseconds (bottom), against the step."""
-    from paged_lab.sched.timing import StepTime, step_end_times
+    from paged_lab.sim.timing import StepTime, step_end_times
 
     step_time = StepTime() if step_time is None else step_time
     fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from paged_lab.sched import ContiguousAllocator, SimResult, paged, simulate, workloads
+from paged_lab.memory import ContiguousAllocator
+from paged_lab.sim import SimResult, paged, simulate, workloads
 from paged_lab.viz.colors import PALETTE, seq_colors
 
 FREE = "#e5e5e5"

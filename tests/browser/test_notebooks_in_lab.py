@@ -12,7 +12,7 @@ automatically), at 1440 x 900, the test
   while the figure keeps its size, its plot area and every axis range (a playground holds still);
   and, before and after the moves, that the figure spans the output area's width, its title is
   drawn whole (not clipped) and no block label is covered;
-- in at least one quiz per series notebook (``paged_lab.quiz``, found by its ``paged-lab-quiz`` box),
+- in at least one quiz per series notebook (``paged_lab.classroom.quiz``, found by its ``paged-lab-quiz`` box),
   clicks one wrong and one right choice and checks what the learner is told after each;
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
   (the same limits as ``scripts/measure_notebooks.py``); the figures go to ``budget.json``.
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.browser
 NOTEBOOKS = budget.discover(notebooks_dir())
 TWINS = budget.discover(notebooks_dir() / "zh-TW")
 # What a quiz says after a right and a wrong pick, and how it names a pick, per edition.
-# What the quiz's feedback starts with, per edition (paged_lab.quiz; the zh-TW words from locale/zh-TW.json).
+# What the quiz's feedback starts with, per edition (paged_lab.classroom.quiz; the zh-TW words from locale/zh-TW.json).
 QUIZ_MARKS = {
     "en": {"right": "✓ Right", "wrong": "✗ Not quite", "low": "✗ Too low", "high": "✗ Too high",
            "nan": "✗ Not a number"},
@@ -466,14 +466,14 @@ def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en", 
     marks, stem = QUIZ_MARKS[lang], stem or path.stem
     quizzes = page.locator(".jp-NotebookPanel .paged-lab-quiz")
     if not quizzes.count():
-        assert not required, f"{path.name}: no quiz (paged_lab.quiz) was displayed"
+        assert not required, f"{path.name}: no quiz (paged_lab.classroom.quiz) was displayed"
         return
     quiz = quizzes.first
     quiz.scroll_into_view_if_needed()
     check_a_choice_question(page, quiz, marks, artifacts_dir / f"{stem}-quiz.png", path.name)
     numbers = quiz.locator(".paged-lab-quiz-number")
     if not numbers.count():
-        assert not required, f"{path.name}: the quiz asks for no number (a paged_lab.quiz.NumberQuestion)"
+        assert not required, f"{path.name}: the quiz asks for no number (a paged_lab.classroom.quiz.NumberQuestion)"
         return
     box = numbers.first
     box.scroll_into_view_if_needed()

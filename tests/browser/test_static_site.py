@@ -24,7 +24,7 @@ go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure").show()
 interactive(bars, {"n": W.IntSlider(value=4, min=1, max=6, description="bars")}, readout=lambda fig, n: f"{n} bars drawn")"""
 
 QUIZ = """from paged_lab.kv_math import plan_capacity
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 
 Quiz([Question("How many bars are drawn at first?", [Choice("4", "The slider starts at 4."),
                                                      Choice("6", "The slider goes up to 6; it starts lower.")], 0),

@@ -3,8 +3,9 @@ prefix-cache answer is computed here by a BlockManager with the engine's block s
 
 from __future__ import annotations
 
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
+from paged_lab.kv_math import cdiv
 from paged_lab.memory import BlockManager
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
 
 
 def quiz(*, common: int, prompt_lens: list[int], cache_block_size: int, preemptions: int, n: int,
@@ -41,7 +42,7 @@ def quiz(*, common: int, prompt_lens: list[int], cache_block_size: int, preempti
                          "last shared tokens also holds the visitor's own question, so it is computed."),
                 (common - 1, "The last prompt token is always computed, but that is the visitor's own last token, "
                              "not one of the shared ones. What counts here is whole blocks."),
-                (-(-common // bs) * bs, "That rounds up: the last block the visitors share is only partly "
+                (cdiv(common, bs) * bs, "That rounds up: the last block the visitors share is only partly "
                                         "shared, and a partly shared block is not reused."),
                 (0, "The first visitor computes everything; the later ones find its full blocks by their hash."),
             ]),

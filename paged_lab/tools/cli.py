@@ -43,7 +43,7 @@ def _generate(args) -> int:
         print(f"\nKV pool: {st['num_blocks']} blocks x {st['block_size']} tokens; "
               f"prefix cache hits {st['prefix_cache_hits']}/{st['prefix_cache_queries']} tokens; "
               f"{st['num_steps']} steps, {st['num_preemptions']} preemptions, {st['num_cow']} copy-on-write")
-        from paged_lab.bench import attention_summary
+        from paged_lab.tools.bench import attention_summary
 
         print(f"attention backend: {attention_summary(st)}")
         for sid, (table, n) in final_block_tables(st["events"]).items():
@@ -52,7 +52,7 @@ def _generate(args) -> int:
 
 
 def _bench(args) -> int:
-    from paged_lab.bench import METHODS, format_report, run_bench
+    from paged_lab.tools.bench import METHODS, format_report, run_bench
 
     if args.vs_vllm:
         return _bench_vllm(args)
@@ -65,8 +65,8 @@ def _bench(args) -> int:
 
 
 def _bench_vllm(args) -> int:
-    """``bench --vs-vllm``: paged_lab against vLLM's CPU build (``paged_lab.bench_vllm``), per dtype."""
-    from paged_lab.bench_vllm import VLLM_BLOCK_SIZE, main_race
+    """``bench --vs-vllm``: paged_lab against vLLM's CPU build (``paged_lab.tools.bench_vllm``), per dtype."""
+    from paged_lab.tools.bench_vllm import VLLM_BLOCK_SIZE, main_race
 
     if args.methods:
         raise ValueError("--vs-vllm races paged_lab and vLLM only: --methods does not apply")
@@ -101,9 +101,9 @@ def _kv(args) -> int:
 
 
 def _simulate(args) -> int:
-    from paged_lab.sched import workloads
-    from paged_lab.sched.contiguous import ContiguousAllocator
-    from paged_lab.sched.simulate import paged, simulate
+    from paged_lab.memory.contiguous import ContiguousAllocator
+    from paged_lab.sim import workloads
+    from paged_lab.sim.simulate import paged, simulate
 
     make = {"long_tail": workloads.long_tail, "uniform": workloads.uniform, "fixed": workloads.fixed,
             "shared_prefix": workloads.shared_prefix}[args.workload]

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from paged_lab.memory.block_manager import BlockManager
+from paged_lab.memory.contiguous import ContiguousAllocator
 from paged_lab.memory.errors import OutOfBlocks
-from paged_lab.sched.contiguous import ContiguousAllocator
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RUNNING, Scheduler
 from paged_lab.sched.sequence import Sequence

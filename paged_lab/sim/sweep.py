@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from paged_lab._checks import check_int
-from paged_lab.sched.contiguous import ContiguousAllocator
-from paged_lab.sched.simulate import paged, simulate
-from paged_lab.sched.workloads import uniform
+from paged_lab.memory.contiguous import ContiguousAllocator
+from paged_lab.sim.simulate import paged, simulate
+from paged_lab.sim.workloads import uniform
 
 DESIGNS = ("static", "contiguous", "paged")  # in the order of the story
 LABELS = {"static": "static batching, contiguous", "contiguous": "continuous batching, contiguous",

@@ -1,11 +1,11 @@
 """Quizzes a learner answers in the notebook, with answers the package computes.
 
 The questions of a series notebook live in the package, one module per notebook
-(``paged_lab/quizzes/nb01.py`` ... ``nb07.py``), out of the reading path: the notebook's quiz cell
+(``paged_lab/classroom/quizzes/nb01.py`` ... ``nb07.py``), out of the reading path: the notebook's quiz cell
 passes in what the notebook computed and shows the quiz, so a learner never sees an answer before
 picking one:
 
-    from paged_lab.quizzes import nb02
+    from paged_lab.classroom.quizzes import nb02
     quiz = nb02.quiz(old_in=old_in, empty=empty, ...)   # the notebook's own numbers
     quiz                                                 # the last line of the cell shows it
 
@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-from paged_lab import i18n
+from paged_lab.classroom import i18n
 
 # The design a question is about, and how it is labelled (docs/architecture.md: say which).
 DESIGNS = {
@@ -72,7 +72,7 @@ FEEDBACK_CLASS = "paged-lab-quiz-feedback"  # one per question: the answer to th
 STATIC_CLASS = "paged-lab-quiz-static"  # the text rendering (the static site shows it)
 RIGHT, WRONG = "✓ Right", "✗ Not quite"
 TOO_LOW, TOO_HIGH, NOT_A_NUMBER = "✗ Too low", "✗ Too high", "✗ Not a number"
-# The feedback sentences around a question's own texts (templates: paged_lab.i18n translates them).
+# The feedback sentences around a question's own texts (templates: paged_lab.classroom.i18n translates them).
 TRY_ANOTHER = "({}) {} Try another choice."
 LESS_THAN = "{} is less than the answer. {} Try again."
 MORE_THAN = "{} is more than the answer. {} Try again."
@@ -171,7 +171,7 @@ class Question:
         return Feedback(False, f"{t(WRONG)}: {t(TRY_ANOTHER).format(LETTERS[choice], picked.why)}")
 
     def translated(self, t: Callable[[str], str]) -> Question:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.classroom.i18n)."""
         q = Question(t(self.prompt), [Choice(t(c.text), t(c.why)) for c in self.choices], self.answer, self.design)
         object.__setattr__(q, "_t", t)
         return q
@@ -275,7 +275,7 @@ class NumberQuestion:
         return Feedback(False, f"{t(head)}: {t(sentence).format(_number_text(value), hint)}")
 
     def translated(self, t: Callable[[str], str]) -> NumberQuestion:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.classroom.i18n)."""
         q = NumberQuestion.__new__(NumberQuestion)
         for name in ("answer", "source", "tolerance", "design"):
             object.__setattr__(q, name, getattr(self, name))
@@ -322,7 +322,7 @@ class Quiz:
         return iter(self.questions)
 
     def translated(self, t: Callable[[str], str]) -> Quiz:
-        """A copy in another language: every text through ``t`` (what ``paged_lab.i18n.quiz`` shows)."""
+        """A copy in another language: every text through ``t`` (what ``paged_lab.classroom.i18n.quiz`` shows)."""
         return Quiz([q.translated(t) for q in self.questions], title=t(self.title))
 
     # --- the static rendering: question, choices, answer and every why in <details> -------------
@@ -363,7 +363,7 @@ class Quiz:
         return f'<div class="{STATIC_CLASS}"><h3>{html.escape(self.title)}</h3><ol>{"".join(items)}</ol></div>'
 
     def __str__(self) -> str:
-        shown = i18n.quiz(self)  # the learner's language (paged_lab.i18n); the quiz itself in English
+        shown = i18n.quiz(self)  # the learner's language (paged_lab.classroom.i18n); the quiz itself in English
         return f"{shown.title}\n\n{shown.to_markdown()}"
 
     # --- the interactive rendering ---------------------------------------------------------------
@@ -382,7 +382,7 @@ class Quiz:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         # The widget for Jupyter, and beside it the text for whatever cannot run widgets.
-        shown = i18n.quiz(self)  # the learner's language (paged_lab.i18n); the quiz itself in English
+        shown = i18n.quiz(self)  # the learner's language (paged_lab.classroom.i18n); the quiz itself in English
         data = dict(shown.widget()._repr_mimebundle_())
         data.update({"text/plain": str(shown), "text/html": shown.to_html(), "text/markdown": shown.to_markdown()})
         return data

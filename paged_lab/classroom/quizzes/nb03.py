@@ -7,8 +7,8 @@ the questions state no rule of their own about it: they show the tables the note
 
 from __future__ import annotations
 
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
 from paged_lab.memory import BlockManager
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
 
 PROMPT, LONGER = 8, 9  # the two sequence lengths the questions ask about (token counts)
 

@@ -24,9 +24,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paged_lab.bench import BenchRequest, RunResult, attention_summary, bench_workload, run_paged_lab
+from paged_lab.tools.bench import BenchRequest, RunResult, attention_summary, bench_workload, run_paged_lab
 
-RUNNER = Path(__file__).resolve().parent.parent / "benchmarks" / "vllm_runner.py"
+RUNNER = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_runner.py"
 PREFIX = "@@vllm_runner "  # the runner's answers on its stdout (vLLM logs there too)
 KV_CACHE_GIB = 1
 VLLM_BLOCK_SIZE = 128  # vLLM's CPU default (its CPU attention needs a multiple of 32)

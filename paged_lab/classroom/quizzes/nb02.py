@@ -3,9 +3,8 @@ the number question's answer comes from ``ContiguousAllocator`` itself."""
 
 from __future__ import annotations
 
-from paged_lab.memory import BlockManager
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
-from paged_lab.sched import ContiguousAllocator
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
+from paged_lab.memory import BlockManager, ContiguousAllocator
 
 
 def quiz(*, old_in: int, new_in: int, lockers: int, reserve: int, held: int, empty: int, handed_out: int,

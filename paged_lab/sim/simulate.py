@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paged_lab.memory import BlockManager
-from paged_lab.sched.contiguous import ContiguousAllocator
-from paged_lab.sched.fastpath import FastScheduler
-from paged_lab.sched.latency import latency_summary, token_gaps
+from paged_lab.memory.contiguous import ContiguousAllocator
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
-from paged_lab.sched.workloads import Request, Workload
+from paged_lab.sim.fastpath import FastScheduler
+from paged_lab.sim.latency import latency_summary, token_gaps
+from paged_lab.sim.workloads import Request, Workload
 
 TIMELINE_COLUMNS = ("step", "running", "waiting", "swapped", "kv_usage", "used_slots", "reserved_slots",
                     "utilization", "internal_frag", "external_frag", "preempted", "prefill_tokens",
@@ -134,7 +134,7 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
 
     Requests join the queue at their ``arrival_step``; the summary's latency (``ttft_steps_p90``, ``itl_...``,
-    ``e2e_...``; p50/p90/p99, in steps) is defined in ``paged_lab.sched.latency``.
+    ``e2e_...``; p50/p90/p99, in steps) is defined in ``paged_lab.sim.latency``.
     """
     reqs = list(workload)
     sched = _make_scheduler(allocator, scheduler)

@@ -18,9 +18,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from paged_lab.sched.latency import latency_summary, token_gaps
-from paged_lab.sched.simulate import SimResult, paged, simulate
-from paged_lab.sched.workloads import Request, Workload
+from paged_lab.sim.latency import latency_summary, token_gaps
+from paged_lab.sim.simulate import SimResult, paged, simulate
+from paged_lab.sim.workloads import Request, Workload
 
 
 class StepTime(NamedTuple):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
 from paged_lab.kernels.tradeoff import BlockSizeCost, block_size_cost
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
+from paged_lab.kv_math import cdiv
 
 # A long decode on a big GPU: one sequence, a GQA model with 8 KV heads, an H100-class 132 SMs.
 LONG_BATCH, LONG_KV_HEADS, NUM_SMS = 1, 8, 132
@@ -20,11 +21,11 @@ def quiz(*, context_lens: list[int], block_size: int, num_heads: int, num_kv_hea
     (1 and 16 among them)."""
     group = num_heads // num_kv_heads
     seq0 = context_lens[0]
-    seq0_blocks = -(-seq0 // block_size)
+    seq0_blocks = cdiv(seq0, block_size)
     programs = LONG_BATCH * LONG_KV_HEADS
     here = block_size_cost(context_lens, block_size)
     bigger = block_size_cost(context_lens, BIGGER)
-    per_seq = [-(-n // BIGGER) for n in context_lens]
+    per_seq = [cdiv(n, BIGGER) for n in context_lens]
     floored = sum(n // BIGGER for n in context_lens)
     pooled = math.ceil(sum(context_lens) / BIGGER)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 from paged_lab.kv_math import DTYPE_BYTES, GB, get_spec, human_bytes, plan_capacity
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz
 
 
 def quiz(gpu_gb: int, context: int) -> Quiz:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paged_lab import i18n
+from paged_lab.classroom import i18n
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def lookup(name: str) -> Term:
     except KeyError:
         close = difflib.get_close_matches(name.lower(), _BY_NAME, n=3)
         hint = f"; did you mean {close}?" if close else f"; known terms: {[t.name for t in TERMS]}"
-        raise KeyError(f"{name!r} is not in paged_lab.glossary{hint}") from None
+        raise KeyError(f"{name!r} is not in paged_lab.classroom.glossary{hint}") from None
 
 
 def knows(name: str) -> bool:
@@ -265,7 +265,7 @@ def table(names: Iterable[str]) -> Table:
         if t.name in seen:
             raise ValueError(f"{n!r} repeats the term {t.name!r}")
         seen.add(t.name)
-    return Table([i18n.term(t) for t in terms])  # meanings in the learner's language (paged_lab.i18n)
+    return Table([i18n.term(t) for t in terms])  # meanings in the learner's language (paged_lab.classroom.i18n)
 
 
 def markdown() -> str:
@@ -273,7 +273,7 @@ def markdown() -> str:
     intro = __doc__.split("\n\n", 1)[1].split("A notebook shows")[0].strip()
     return (
         "# Glossary\n\n"
-        "<!-- Generated from paged_lab/glossary.py by `python scripts/build_glossary.py`; do not edit. -->\n\n"
+        "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; do not edit. -->\n\n"
         f"{intro}\n\n{table([t.name for t in TERMS])._repr_markdown_()}\n\n"
         "※ the seed story's own word; the other Chinese words are ours, in the seeds' style.\n"
     )

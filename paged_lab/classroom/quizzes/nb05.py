@@ -3,8 +3,8 @@ chunked-prefill answer is simulated here, by the same Scheduler."""
 
 from __future__ import annotations
 
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
-from paged_lab.sched import paged, simulate, workloads
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
+from paged_lab.sim import paged, simulate, workloads
 
 
 def quiz(*, rounds: list[int], windows: int, static_makespan: int, continuous_makespan: int, one_window: int,

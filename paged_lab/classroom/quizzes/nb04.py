@@ -3,8 +3,9 @@ BlockManager runs; the prefix-cache answers are computed here by a BlockManager 
 
 from __future__ import annotations
 
+from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
+from paged_lab.kv_math import cdiv
 from paged_lab.memory import BlockManager
-from paged_lab.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
 
 
 def quiz(*, block_size: int, forked_at: int, copies_at_boundary: int, n: int, prompt_len: int, v1_blocks: int,
@@ -59,7 +60,7 @@ def quiz(*, block_size: int, forked_at: int, copies_at_boundary: int, n: int, pr
              Choice(f"{unshared_blocks}",
                     f"That is {n} × ⌈{prompt_len} / {bs}⌉, every request with blocks of its own. With prefix "
                     "caching on, the later requests find the prompt's full blocks by their hash and share them."),
-             Choice(f"{-(-prompt_len // bs)}",
+             Choice(f"{cdiv(prompt_len, bs)}",
                     f"That would be one copy for all {n}, the partly filled last block included. Only full blocks "
                     "are hashed and shared: each request fills a last block of its own, and writes its own "
                     "tokens after them.")],

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from paged_lab.kv_math import cdiv
+
 METHODS = ("paged_lab", "hf_static", "hf_generate_batch")
 
 _TEXT = (
@@ -187,7 +189,7 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     report = BenchReport(workload, batch_size, threads, {m: [] for m in methods})
     # KV pool: room for batch_size of the largest requests, twice over (no preemption; little RAM)
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
-    num_kv_blocks = 2 * batch_size * -(-longest // 16)
+    num_kv_blocks = 2 * batch_size * cdiv(longest, 16)
     on_cpu = next(model.parameters()).device.type == "cpu"
     llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
               enforce_eager=enforce_eager or not on_cpu, compile_progress=progress) if "paged_lab" in methods else None

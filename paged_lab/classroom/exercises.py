@@ -42,7 +42,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from paged_lab import i18n, kv_math
+from paged_lab import kv_math
+from paged_lab.classroom import i18n
+from paged_lab.kv_math import cdiv
 from paged_lab.memory import block_manager as _bm
 from paged_lab.memory import prefix_cache
 
@@ -123,7 +125,7 @@ def _wrapped(text: str, width: int = WRAP) -> str:
 
 
 def _shown(text: str) -> str:
-    """The feedback in the learner's language (``paged_lab.i18n``), line by line; the Result itself
+    """The feedback in the learner's language (``paged_lab.classroom.i18n``), line by line; the Result itself
     stays English, so a notebook's ``assert result, result.text`` reads the same in every edition."""
     if i18n.lang() == "en":
         return text
@@ -467,7 +469,7 @@ def _expect_max_batch(spec, gpu_memory_bytes, seq_len, dtype):
 def _contiguous(num_slots, reserves, frees):
     """The real ContiguousAllocator after reserving ``reserves`` (tokens, size) in turn, then freeing
     the ones whose index is in ``frees``. Reservations that do not fit are skipped."""
-    from paged_lab.sched.contiguous import ContiguousAllocator
+    from paged_lab.memory.contiguous import ContiguousAllocator
 
     alloc = ContiguousAllocator(num_slots, num_slots)
     for i, (tokens, size) in enumerate(reserves):
@@ -503,7 +505,7 @@ def _st_first_fit():
 
 
 def _expect_first_fit(reservations, num_slots, size):
-    from paged_lab.sched.contiguous import ContiguousAllocator
+    from paged_lab.memory.contiguous import ContiguousAllocator
 
     # the same state, built the way the allocator builds it: in address order, a filler reservation for
     # each gap and then the reservation itself (first fit puts each right after the last), then the
@@ -676,7 +678,7 @@ def _expect_preempt(running, free_blocks, block_size):
     """A real Scheduler whose running sequences hold ``running`` tokens each and just sampled one more."""
     from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 
-    used = sum(-(-n // block_size) for n in running)
+    used = sum(cdiv(n, block_size) for n in running)
     sched = Scheduler(_bm.BlockManager(used + free_blocks, block_size), max_num_seqs=len(running))
     for i, n in enumerate(running):
         seq = Sequence(i, [0] * n, max_tokens=10**6)
@@ -834,11 +836,11 @@ def _exercises() -> dict[str, Exercise]:
                  (([], 10, 4), ([(0, 4), (6, 4)], 10, 2), ([(0, 4), (6, 4)], 10, 3)), _st_first_fit,
                  "walk the reservations in address order; the gap before each one, and the gap after the "
                  "last, are the holes. Return the start of the first hole of at least `size` slots, else None.",
-                 "paged_lab.sched.contiguous:ContiguousAllocator.first_fit"),
+                 "paged_lab.memory.contiguous:ContiguousAllocator.first_fit"),
         Exercise("utilization", ("regions",), _expect_utilization,
                  (([(3, 8), (8, 8)],), ([],)), _st_utilization,
                  "slots holding a token over slots reserved, summed over all reservations (not averaged); "
-                 "nothing reserved counts as 0.0.", "paged_lab.sched.contiguous:ContiguousAllocator.utilization", same=_close, fmt=_fmt),
+                 "nothing reserved counts as 0.0.", "paged_lab.memory.contiguous:ContiguousAllocator.utilization", same=_close, fmt=_fmt),
         Exercise("blocks_needed", ("n_tokens", "block_size"), _expect_blocks_needed,
                  ((0, 4), (4, 4), (5, 4)), _st_blocks_needed,
                  "round up: a block that holds one token is still a whole block. 0 tokens need 0 blocks.",
