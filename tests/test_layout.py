@@ -1,0 +1,115 @@
+"""The package's layout is part of the lesson (docs/architecture.md): these tests keep it so.
+
+* ``paged_lab/`` lists at most 10 public entries, the concept rooms in the order the notebooks teach
+  them, plus the figures, the instruments and one room for what only the notebooks use;
+* no concept room imports the classroom (quizzes, exercises, glossary, translation) or the tools, and
+  the figures take only the translation from the classroom;
+* no two modules of the package import each other, directly or through others (an import circle).
+
+The import graph is read from the source with ``ast`` (every ``import``/``from ... import``,
+function-level ones included), not by importing, so it sees lazy imports too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "paged_lab"
+CONCEPT_ROOMS = ["kv_math", "memory", "sched", "sim", "kernels", "engine", "models"]
+OTHER_ROOMS = ["viz", "tools", "classroom"]
+FURNITURE = ["classroom", "tools"]  # what the concept rooms never import
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The paged_lab modules that ``path`` imports (a ``from pkg import name`` of a submodule counts)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = module_name(path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # a relative import
+                pkg = here.split(".")[: len(here.split(".")) - node.level + (path.name == "__init__.py")]
+                base = ".".join(pkg + ([base] if base else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m == "paged_lab" or m.startswith("paged_lab.")}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports_of(p) if m in modules and m != name} for name, p in modules.items()}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_top_level_lists_the_rooms_in_teaching_order():
+    public = sorted(p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
+                    if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file()))
+    assert len(public) <= 10, public
+    assert sorted(CONCEPT_ROOMS + OTHER_ROOMS) == public
+
+
+@pytest.mark.parametrize("concept", CONCEPT_ROOMS)
+def test_concept_rooms_import_no_furniture(concept):
+    g = graph()
+    bad = sorted(f"{mod} -> {dep}" for mod, deps in g.items() if room(mod) == concept
+                 for dep in deps if room(dep) in FURNITURE)
+    assert not bad, bad
+
+
+def test_figures_take_only_the_translation_from_the_classroom():
+    """A figure's labels are shown in the learner's language; quizzes, exercises and the glossary are
+    the notebooks' business, not a figure's."""
+    allowed = {"paged_lab.classroom", "paged_lab.classroom.i18n"}
+    g = graph()
+    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if room(m) == "viz"
+                 for d in deps if room(d) == "classroom" and d not in allowed)
+    assert not bad, bad
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``g`` as [a, b, ..., a], or None (depth-first search, three colours)."""
+    colour, stack = {}, []
+
+    def visit(node):
+        colour[node] = "grey"
+        stack.append(node)
+        for dep in sorted(g[node]):
+            # a package's __init__ importing its own submodules is how packages work, not a circle
+            if node != "paged_lab" and dep.startswith(node + "."):
+                continue
+            if colour.get(dep) == "grey":
+                return stack[stack.index(dep):] + [dep]
+            if dep not in colour and (cycle := visit(dep)):
+                return cycle
+        colour[node] = "black"
+        stack.pop()
+        return None
+
+    for node in sorted(g):
+        if node not in colour and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_circle():
+    assert find_cycle(graph()) is None, " -> ".join(find_cycle(graph()))
+
+
+def test_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
