@@ -235,7 +235,7 @@ class PagedLlama:
         self.layers = layers
         self.final_norm = final_norm
         self.lm_head = lm_head  # [vocab, hidden] (its weight is the embedding itself when tied)
-        self.prepacked = lm_head.packed is not None
+        self.prepacked = lm_head.is_prepacked
         self.num_layers = len(layers)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads

@@ -83,15 +83,15 @@ def _is_our_build(lib_path: Path, digest_path: Path) -> bool:
         return False
 
 
-def _compile(cc: str, lib_path: Path, digest_path: Path) -> str | None:
-    """Build SOURCE into ``lib_path`` and write its sha256 beside it; None, or why it failed. Both files
+def _compile(cc: str, lib_path: Path, digest_path: Path, source: Path = SOURCE) -> str | None:
+    """Build ``source`` into ``lib_path`` and write its sha256 beside it; None, or why it failed. Both files
     are written under temporary names and renamed into place (atomic: another process sees the whole
     file or none; two processes that build at once each write a whole library and digest)."""
     tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        return f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
+        return f"{cc} could not build {source.name}: {proc.stderr.strip()[:500]}"
     os.chmod(tmp, 0o700)  # the compiler's mode follows the umask, which may leave it group-writable
     tmp_digest = digest_path.with_suffix(f".{os.getpid()}.tmp")
     fd = os.open(tmp_digest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -102,7 +102,9 @@ def _compile(cc: str, lib_path: Path, digest_path: Path) -> str | None:
     return None
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
+def load_library(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
+    """(the compiled ``source``, None), or (None, why not): built once into this user's private cache
+    folder by the rules above and loaded; ``kernels.cpu_gemm`` builds its C file through this too."""
     if os.environ.get("PAGED_LAB_CPU_KERNELS", "1") == "0":
         return None, "turned off by PAGED_LAB_CPU_KERNELS=0"
     capability = torch.backends.cpu.get_cpu_capability()
@@ -113,22 +115,28 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
         return None, "no C compiler found (install gcc, or set CC)"
     from paged_lab._cache import cache_root
 
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
     folder = cache_root() / "kernels"
-    lib_path = folder / f"paged_attention-{key}.so"
-    digest_path = folder / f"paged_attention-{key}.so.sha256"
+    lib_path = folder / f"{source.stem}-{key}.so"
+    digest_path = folder / f"{source.stem}-{key}.so.sha256"
     try:
         why = _private_folder(folder)
         if why is not None:
             return None, why
         if not _is_our_build(lib_path, digest_path):
-            why = _compile(cc, lib_path, digest_path)
+            why = _compile(cc, lib_path, digest_path, source)
             if why is not None:
                 return None, why
         # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
-        lib = ctypes.CDLL(str(lib_path))
+        return ctypes.CDLL(str(lib_path)), None
     except OSError as e:  # a read-only cache folder, a compiler that cannot run, a library that cannot load
         return None, f"could not build or load {lib_path.name}: {e}"
+
+
+def _build() -> tuple[ctypes.CDLL | None, str | None]:
+    lib, why = load_library(SOURCE)
+    if lib is None:
+        return None, why
     p, n = ctypes.c_void_p, ctypes.c_long
     lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
     lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
