@@ -24,7 +24,7 @@ from paged_lab.kernels import cpu_gemm
 from paged_lab.kernels.bench import median_ms
 
 HIDDEN, INTER, Q, KV, VOCAB, LAYERS = 576, 1536, 576, 192, 49152, 30
-ROWS = (1, 4, 8, 16, 32, 64)
+ROWS = (1, 4, 8, 16, 32, 64, 256)
 
 
 def _median_ms(lins, x: dict, repeats: int) -> float:

@@ -71,7 +71,7 @@ def test_prepack_refuses_what_onednn_cannot_take():
 
 
 @needs_c_matmul
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 37, cpu_gemm.MAX_ROWS, cpu_gemm.MAX_ROWS + 1])
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 37, cpu_gemm.MAX_ROWS[torch.float32], cpu_gemm.MAX_ROWS[torch.float32] + 1])
 def test_the_c_matmul_computes_f_linear_up_to_its_rows_and_f_linear_runs_past_them(rows):
     ws, bs = _weights(3, [48, 16, 32], in_features=40, bias=True)  # 6 panels; K not a multiple of 16
     lin = Linear(ws, bs, prepack=True)
@@ -79,7 +79,7 @@ def test_the_c_matmul_computes_f_linear_up_to_its_rows_and_f_linear_runs_past_th
     x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
     for p, w, b in zip(lin.parts(x), ws, bs):
         torch.testing.assert_close(p, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
-    if rows > cpu_gemm.MAX_ROWS:  # a prefill: F.linear on the model's own tensors, exactly
+    if rows > cpu_gemm.MAX_ROWS[torch.float32]:  # a prefill: F.linear on the model's own tensors, exactly
         assert torch.equal(lin.parts(x)[0], F.linear(x, ws[0], bs[0]))
 
 
@@ -103,8 +103,12 @@ def test_bf16_panels_sum_in_fp32_and_round_once():
     w16 = ws[0].bfloat16()
     lin = Linear(w16, prepack=True)
     assert lin.panels is not None and lin.packed is not None and lin.panels.dtype == torch.bfloat16
-    x = torch.randn(6, 200, generator=torch.Generator().manual_seed(0)).bfloat16()
-    got = lin(x)
-    want = F.linear(x.float(), w16.float())
-    assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)  # one bf16 rounding
+    for rows in (1, 3, cpu_gemm.MAX_ROWS[torch.bfloat16], 9):  # the C loop, then oneDNN
+        x = torch.randn(rows, 200, generator=torch.Generator().manual_seed(rows)).bfloat16()
+        got = lin(x)
+        want = F.linear(x.float(), w16.float())
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)  # one bf16 rounding
+    x = torch.randn(2, 200).bfloat16()
+    torch.testing.assert_close(cpu_gemm.matmul(x, lin.panels).float(), F.linear(x.float(), w16.float()),
+                               atol=0, rtol=2 ** -7)

@@ -6,10 +6,10 @@ fp32: 0.54 GB) for a few rows of arithmetic. torch's default CPU GEMM for fp32 i
 repacks the weight on every call. ``prepack=True`` keeps one packed copy instead, in one of two forms:
 
 - **panels** for the C matmul (``kernels.cpu_gemm``, CPU with AVX-512): every weight read once in memory
-  order, up to ``cpu_gemm.MAX_ROWS`` rows; on the development machine (Intel, AVX-512, 2 threads) the
+  order, up to ``cpu_gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel, AVX-512, 2 threads) the
   30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms with oneDNN. More rows
-  (a prefill) are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as
-  oneDNN at a thousand rows), bf16 a oneDNN copy as well (AMX: several times faster than F.linear).
+  are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as oneDNN at a
+  thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8 rows on).
 - **oneDNN** (bundled with torch as ``mkldnn``), with the weight reordered once into its blocked layout,
   where the C matmul cannot run: 1.5-1.75x faster than MKL for the projections at M = 4-8 and 2.5-2.9x
   for SmolLM2's 49152 x 576 head on an AMD EPYC (``benchmarks/linear_bench.py``). vLLM's CPU backend
@@ -93,7 +93,7 @@ class Linear:
         """x @ the packed copy -> ``[..., out_features]``, or None where only ``F.linear`` applies (no
         packed copy, or an fp32 prefill past the C matmul's rows, where MKL is as fast)."""
         rows = x.shape[0] if x.dim() == 2 else -1
-        if self.panels is not None and 0 < rows <= cpu_gemm.MAX_ROWS:
+        if self.panels is not None and 0 < rows <= cpu_gemm.MAX_ROWS[self.panels.dtype]:
             return cpu_gemm.matmul(x, self.panels, self.packed_bias)
         if self.packed is None:
             return None

@@ -6,8 +6,8 @@ weight once, in memory order, from a copy packed once into panels of 16 output f
 and keeps up to 8 rows x 32 outputs in registers (the file's comment gives the loop). On the development
 machine (Intel, AVX-512, 2 threads) SmolLM2's 30 layers' projections and head took about 21 ms for 4 rows
 where oneDNN's prepacked matmul took 28-31 ms (``benchmarks/linear_bench.py``); from a few hundred rows on,
-the matmul is compute-bound and MKL/oneDNN are as fast or faster, so ``engine.linear`` uses this for up to
-:data:`MAX_ROWS` rows only.
+the matmul is compute-bound and MKL/oneDNN are as fast or faster (bf16: oneDNN's AMX from 8 rows), so
+``engine.linear`` uses this for up to :data:`MAX_ROWS` rows only.
 
 Each output is summed in input order, one FMA per term, so a row's result does not depend on which rows
 share its batch; against ``F.linear`` it differs by summation order only (about 1e-6 relative in fp32).
@@ -27,9 +27,10 @@ from paged_lab.kernels import cpu_paged
 
 SOURCE = Path(__file__).with_name("csrc") / "panel_gemm.c"
 PANEL = 16  # output features per panel: one AVX-512 register of fp32
-# Up to this many rows the packed loop beat oneDNN and MKL here (1 thread: 0.73x oneDNN's time at 4 rows,
-# 0.97x at 64, as fast as MKL at 256; MKL was 5% faster at 1,024); more rows go to torch's matmul.
-MAX_ROWS = 256
+# Up to this many rows the packed loop beat torch's matmuls here; more rows go to them (engine.linear).
+# fp32 (1 thread): 0.73x oneDNN's time at 4 rows, 0.97x at 64, as fast as MKL at 256, MKL 5% faster at
+# 1,024. bf16 (2 threads): 0.63x oneDNN's at 4 rows, even at 8, and oneDNN's AMX tiles far ahead from 16 on.
+MAX_ROWS = {torch.float32: 256, torch.bfloat16: 4}
 
 _lock = threading.Lock()
 _state: dict = {}

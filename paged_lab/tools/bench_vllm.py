@@ -24,7 +24,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paged_lab.tools.bench import BenchRequest, RunResult, attention_summary, bench_workload, run_paged_lab
+from paged_lab.tools.bench import (
+    BenchRequest,
+    RunResult,
+    attention_summary,
+    bench_workload,
+    format_steps,
+    run_paged_lab,
+)
 
 RUNNER = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_runner.py"
 PREFIX = "@@vllm_runner "  # the runner's answers on its stdout (vLLM logs there too)
@@ -225,7 +232,7 @@ def format_race(report: RaceReport) -> str:
                  f"(median {statistics.median(report.load):.2f}) on {os.cpu_count()} CPUs")
     lines.append(f"tokens, paged_lab vs vLLM: {report.agreement.describe()}"
                  + ("" if report.paged_lab_repeatable else "; paged_lab's runs did not all make the same tokens"))
-    return "\n".join(lines)
+    return "\n".join(lines + format_steps(report.paged_lab))
 
 
 def main_race(dtypes: list[str], **kwargs) -> int:
