@@ -9,8 +9,9 @@ where oneDNN's prepacked matmul took 28-31 ms (``benchmarks/linear_bench.py``); 
 the matmul is compute-bound and MKL/oneDNN are as fast or faster (bf16: oneDNN's AMX from 8 rows), so
 ``engine.linear`` uses this for up to :data:`MAX_ROWS` rows only.
 
-Each output is summed in input order, one FMA per term, so a row's result does not depend on which rows
-share its batch; against ``F.linear`` it differs by summation order only (about 1e-6 relative in fp32).
+Each output is summed in input order, 64 terms at a time and then the blocks (one running sum erred 5x
+more against float64), so a row's result does not depend on which rows share its batch; against
+``F.linear`` it differs by summation order only (about 1e-6 relative in fp32).
 bf16 weights are widened to fp32 exactly and summed in fp32; the caller rounds the result to bf16 once.
 Built on first use like :mod:`~paged_lab.kernels.cpu_paged` (same cache folder and rules, AVX-512 only).
 """
