@@ -48,7 +48,8 @@ static inline __m512 load_bf16(const uint16_t *w) { /* bf16 -> fp32 is exact: th
                 __m512 wv[NP];                                                                     \
                 for (int j = 0; j < NP; j++) {                                                     \
                     const WT *wk = w + j * K * 16 + k * 16;                                        \
-                    _mm_prefetch((const char *)wk + PREFETCH, _MM_HINT_T0);                        \
+                    if (sizeof(WT) == 4 || !(k & 1)) /* one prefetch per 64-byte line */           \
+                        _mm_prefetch((const char *)wk + PREFETCH, _MM_HINT_T0);                    \
                     wv[j] = LOAD(wk);                                                              \
                 }                                                                                  \
                 for (int m = 0; m < MM; m++) {                                                     \
