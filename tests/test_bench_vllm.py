@@ -50,7 +50,9 @@ def test_the_race_report_gives_medians_the_ratio_the_load_and_the_token_check():
     assert "paged_lab vs vLLM 0.32.0 (CPU build), float32" in text
     assert "paged_lab / vLLM: 2.00x (ratio of the medians" in text
     assert "3 interleaved rounds" in text and "load average (1 min) before the runs: 0.40-0.70" in text
-    assert "tokens, paged_lab vs vLLM: identical: 2/2 requests, 5 tokens" in text
+    assert "tokens, paged_lab vs vLLM (their first timed runs): identical: 2/2 requests, 5 tokens" in text
+    report.vllm_repeatable = False
+    assert "vLLM's runs did not all make the same tokens" in bench_vllm.format_race(report)
 
 
 FAKE_RUNNER = textwrap.dedent('''

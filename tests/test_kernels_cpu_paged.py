@@ -199,13 +199,37 @@ def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
     assert not cpu_paged.usable(q, kv.k_cache, kv.v_cache)  # head_dim 8: not a multiple of 16
     big = random_paged_kv([5], block_size=4, num_kv_heads=1, head_dim=272, seed=1)
     assert not cpu_paged.usable(torch.randn(1, 2, 272), big.k_cache, big.v_cache)  # over 256
-    kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
-    assert not cpu_paged.usable(q.new_zeros(1, 4, 64, dtype=torch.bfloat16), kv.k_cache, kv.v_cache)
+    kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.float16)
+    assert not cpu_paged.usable(q.new_zeros(1, 4, 64, dtype=torch.float16), kv.k_cache, kv.v_cache)
     # the torch backend then runs its own code: still right
-    q = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(0)).bfloat16()
+    q = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(0)).half()
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     torch.testing.assert_close(paged_attention_decode(*args, backend="torch").float(),
                                paged_attention_decode(*args, backend="reference").float(), atol=2e-2, rtol=2e-2)
+    kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
+    assert not cpu_paged.usable(torch.zeros(1, 4, 64), kv.k_cache, kv.v_cache)  # fp32 q over a bf16 cache
+
+
+@needs_kernel
+def test_a_bf16_cache_is_read_in_place_and_attended_in_fp32():
+    """bf16 caches (an engine with dtype="bfloat16"): each element is widened to fp32 exactly as it is read
+    and the output rounded to bf16 once, so the result is the fp32 attention of the bf16 values."""
+    kv = random_paged_kv([5, 19, 33], block_size=8, num_kv_heads=2, head_dim=64, seed=4, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 6, 64, generator=g).bfloat16()
+    assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
+    got = paged_attention_decode(*args, backend="cpu")
+    assert got.dtype == torch.bfloat16
+    want = paged_attention_decode(q.float(), kv.k_cache.float(), kv.v_cache.float(), *args[3:], backend="reference")
+    torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)  # fp32 math, one bf16 rounding
+    qp = torch.randn(3 + 4, 6, 64, generator=g).bfloat16()  # prefill: the last 1, 2 and 4 tokens of each
+    qsl = torch.tensor([0, 1, 3, 7], dtype=torch.int32)
+    got = paged_attention_prefill(qp, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125,
+                                  backend="cpu")
+    want = paged_attention_prefill(qp.float(), kv.k_cache.float(), kv.v_cache.float(), kv.block_tables,
+                                   kv.context_lens, qsl, 0.125, backend="reference")
+    torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)
 
 
 _WHY = """

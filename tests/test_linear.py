@@ -1,12 +1,16 @@
-"""engine.linear: the oneDNN-prepacked matmul computes F.linear (fp32, up to summation order)."""
+"""engine.linear: the packed matmuls (the C panel matmul, oneDNN) compute F.linear (fp32, up to summation
+order; bf16 up to its rounding)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from paged_lab.engine.linear import Linear, can_prepack
+from paged_lab.kernels import cpu_gemm
 
 needs_onednn = pytest.mark.skipif(not can_prepack(torch.zeros(1, 1)), reason="torch built without mkldnn")
+needs_c_matmul = pytest.mark.skipif(cpu_gemm.why_unusable(torch.zeros(16, 1)) is not None,
+                                    reason=f"{cpu_gemm.why_unusable(torch.zeros(16, 1))}")
 
 
 def _weights(seed: int, sizes, in_features: int = 48, bias: bool = False):
@@ -35,7 +39,9 @@ def test_prepacked_parts_match_f_linear(sizes, bias, rows):
     if bias and len(sizes) > 1:
         bs[1] = None  # a stacked projection where only some parts have a bias
     lin = Linear(ws, bs, prepack=True, batch_hint=8)
-    assert lin.packed is not None
+    assert lin.is_prepacked
+    # 40 outputs are not whole panels of 16: oneDNN; the others go to the C matmul where it runs
+    assert (lin.panels is None) == (cpu_gemm.why_unusable(torch.cat(ws)) is not None)
     x = torch.randn(rows, 48, generator=torch.Generator().manual_seed(rows))
     parts = lin.parts(x)
     assert [p.shape for p in parts] == [(rows, n) for n in sizes]
@@ -62,3 +68,47 @@ def test_prepack_refuses_what_onednn_cannot_take():
         Linear(torch.zeros(4, 4, dtype=torch.float64), prepack=True)
     with pytest.raises(ValueError, match="biases: 1 entries for 2 weights"):
         Linear([torch.zeros(4, 4), torch.zeros(4, 4)], [None])
+
+
+@needs_c_matmul
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 37, cpu_gemm.MAX_ROWS[torch.float32], cpu_gemm.MAX_ROWS[torch.float32] + 1])
+def test_the_c_matmul_computes_f_linear_up_to_its_rows_and_f_linear_runs_past_them(rows):
+    ws, bs = _weights(3, [48, 16, 32], in_features=40, bias=True)  # 6 panels; K not a multiple of 16
+    lin = Linear(ws, bs, prepack=True)
+    assert lin.panels is not None and lin.packed is None  # fp32: no oneDNN copy beside the panels
+    x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
+    for p, w, b in zip(lin.parts(x), ws, bs):
+        torch.testing.assert_close(p, F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    if rows > cpu_gemm.MAX_ROWS[torch.float32]:  # a prefill: F.linear on the model's own tensors, exactly
+        assert torch.equal(lin.parts(x)[0], F.linear(x, ws[0], bs[0]))
+
+
+@needs_c_matmul
+def test_the_c_matmul_packs_panels_of_16_outputs_and_refuses_what_it_cannot_take():
+    w = torch.arange(32 * 3, dtype=torch.float32).reshape(32, 3)
+    panels = cpu_gemm.pack(w)
+    assert panels.shape == (2, 3, 16) and torch.equal(panels[1, 2], w[16:32, 2])  # panel 1, input 2
+    assert "multiple of 16" in cpu_gemm.why_unusable(torch.zeros(40, 8))
+    assert "float32 or bfloat16" in cpu_gemm.why_unusable(torch.zeros(16, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x has 4 features but the packed weight takes 3"):
+        cpu_gemm.matmul(torch.zeros(2, 4), panels)
+    assert cpu_gemm.matmul(torch.zeros(0, 3), panels).shape == (0, 32)
+
+
+@needs_c_matmul
+def test_bf16_panels_sum_in_fp32_and_round_once():
+    """bf16 weights are widened exactly and summed in fp32: the result is the fp32 product rounded to bf16
+    once (to within one bf16 step where the fp32 sums differ in order); prefills run oneDNN's copy."""
+    ws, _ = _weights(4, [64], in_features=200)
+    w16 = ws[0].bfloat16()
+    lin = Linear(w16, prepack=True)
+    assert lin.panels is not None and lin.packed is not None and lin.panels.dtype == torch.bfloat16
+    for rows in (1, 3, cpu_gemm.MAX_ROWS[torch.bfloat16], 9):  # the C loop, then oneDNN
+        x = torch.randn(rows, 200, generator=torch.Generator().manual_seed(rows)).bfloat16()
+        got = lin(x)
+        want = F.linear(x.float(), w16.float())
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)  # one bf16 rounding
+    x = torch.randn(2, 200).bfloat16()
+    torch.testing.assert_close(cpu_gemm.matmul(x, lin.panels).float(), F.linear(x.float(), w16.float()),
+                               atol=0, rtol=2 ** -7)

@@ -101,9 +101,12 @@ class LLM:
         minute per size on a laptop CPU, once per engine (``compile_progress`` shows a bar), and holds
         another packed copy of the weights; it pays off in long runs (``benchmarks/engine_bench.py``).
         vLLM compiles by default; paged_lab does not, because notebooks and tests must start fast.
-    cpu_prepack: multiply with oneDNN-prepacked copies of the weights (``engine.linear``): about 1.5x
-        faster decode steps on CPU (99.8 -> 67.6 ms at batch 8 on the development machine), at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2
-        in fp32). None -> on wherever it applies (CPU, fp32/bf16); False -> the model's own tensors.
+    cpu_prepack: multiply with a packed copy of the weights (``engine.linear``): the C panel matmul
+        (``kernels.cpu_gemm``, AVX-512) for decode-sized batches, oneDNN where it cannot run; decode steps
+        1.5-2x faster on CPU than with the model's own tensors (``benchmarks/linear_bench.py``), at the cost
+        of a second copy of the weights in RAM (+540 MB for SmolLM2 in fp32; bf16 also keeps oneDNN's copy
+        for prefills, +2 x 270 MB). None -> on wherever it applies (CPU, fp32/bf16); False -> the model's
+        own tensors.
     """
 
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",

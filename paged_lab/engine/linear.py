@@ -1,22 +1,32 @@
-"""The engine's matmuls: ``F.linear``, or oneDNN with the weight prepacked once (CPU).
+"""The engine's matmuls: ``F.linear``, or a packed copy of the weights made once for the CPU.
 
 A decode step multiplies a few rows (one per running sequence) by every weight of the model, so on a
-CPU its cost is set by how well the GEMM handles a tiny M. torch's default CPU GEMM for fp32 is MKL's
-``sgemm``, which repacks the weight on every call and, on AMD CPUs, takes a slower code path. oneDNN
-(bundled with torch as ``mkldnn``) can reorder a weight once into its blocked layout and reuse it: on
-the development machine (AMD EPYC, AVX-512, 1 thread) that is 1.5-1.75x faster for the MLP and
-attention projections at M = 4-8 and 2.5-2.9x for SmolLM2's 49152 x 576 head
-(``benchmarks/linear_bench.py``). The same trick is what vLLM's CPU backend does.
+CPU its cost is set by how well the GEMM handles a tiny M: it streams all the weights (SmolLM2-135M in
+fp32: 0.54 GB) for a few rows of arithmetic. torch's default CPU GEMM for fp32 is MKL's ``sgemm``, which
+repacks the weight on every call. ``prepack=True`` keeps one packed copy instead, in one of two forms:
 
-Prepacking costs a second copy of every weight (the transformers model keeps its own), so it is a
-choice: ``LLM(..., cpu_prepack=False)`` runs on the model's own tensors with ``F.linear``.
-The results are fp32 matmuls either way; the two differ only in summation order (about 1e-6 relative).
+- **panels** for the C matmul (``kernels.cpu_gemm``, CPU with AVX-512): every weight read once in memory
+  order, up to ``cpu_gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel, AVX-512, 2 threads) the
+  30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms with oneDNN. More rows
+  are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as oneDNN at a
+  thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8 rows on).
+- **oneDNN** (bundled with torch as ``mkldnn``), with the weight reordered once into its blocked layout,
+  where the C matmul cannot run: 1.5-1.75x faster than MKL for the projections at M = 4-8 and 2.5-2.9x
+  for SmolLM2's 49152 x 576 head on an AMD EPYC (``benchmarks/linear_bench.py``). vLLM's CPU backend
+  does the same.
+
+Prepacking costs a second copy of every weight (the transformers model keeps its own; bf16 keeps a third,
+oneDNN's), so it is a choice: ``LLM(..., cpu_prepack=False)`` runs on the model's own tensors with
+``F.linear``. The results are fp32 matmuls either way; they differ only in summation order (about 1e-6
+relative).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from paged_lab.kernels import cpu_gemm
 
 # oneDNN's prepacked matmul is slower for 1-3 rows than for 4 (on the development machine, 30 layers'
 # projections at 2 threads: 20.5 ms for 1 row, 17.5 ms for 4): fewer rows are padded up to this many.
@@ -37,14 +47,15 @@ class Linear:
     input (q/k/v, gate/up), kept side by side.
 
     weights: one [out_features, in_features] tensor or a list of them (same in_features): the
-    transformers tensors themselves, never copied or changed. ``prepack=True`` also keeps one
-    oneDNN-reordered copy of them all, stacked (one wide matmul instead of several narrow ones:
-    the copy is made anyway, so stacking costs no extra RAM). ``batch_hint``: the M that oneDNN picks
-    its layout for (any M works; packed for M = 8, 30 layers' projections at 4-8 rows ran 15-19 % faster
-    than with no hint in a microbenchmark, though a whole decode step showed no difference beyond noise).
+    transformers tensors themselves, never copied or changed. ``prepack=True`` also keeps one packed copy
+    of them all, stacked (one wide matmul instead of several narrow ones: the copy is made anyway, so
+    stacking costs no extra RAM): ``panels`` for the C matmul where it can run, else (and for bf16 as well)
+    ``packed`` for oneDNN (see the module docstring). ``batch_hint``: the M that oneDNN picks its layout
+    for (any M works; packed for M = 8, 30 layers' projections at 4-8 rows ran 15-19 % faster than with no
+    hint in a microbenchmark, though a whole decode step showed no difference beyond noise).
     """
 
-    __slots__ = ("weights", "biases", "sizes", "packed", "packed_bias")
+    __slots__ = ("weights", "biases", "sizes", "packed", "packed_bias", "panels")
 
     def __init__(self, weights, biases=None, prepack: bool = False, batch_hint: int | None = None):
         self.weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
@@ -52,24 +63,41 @@ class Linear:
         if len(self.biases) != len(self.weights):
             raise ValueError(f"biases: {len(self.biases)} entries for {len(self.weights)} weights")
         self.sizes = [w.shape[0] for w in self.weights]
-        self.packed = self.packed_bias = None
+        self.packed = self.packed_bias = self.panels = None
         if prepack:
-            w0 = self.weights[0]
-            if not can_prepack(w0):
-                raise ValueError(f"prepack=True needs a CPU float32/bfloat16 weight and a torch built with "
-                                 f"mkldnn; got a {w0.dtype} weight on {w0.device}")
-            stacked = w0 if len(self.weights) == 1 else torch.cat(self.weights)  # [sum(sizes), in_features]
+            self._prepack(batch_hint)
+
+    def _prepack(self, batch_hint: int | None) -> None:
+        w0 = self.weights[0]
+        if not can_prepack(w0):
+            raise ValueError(f"prepack=True needs a CPU float32/bfloat16 weight and a torch built with "
+                             f"mkldnn; got a {w0.dtype} weight on {w0.device}")
+        stacked = w0 if len(self.weights) == 1 else torch.cat(self.weights)  # [sum(sizes), in_features]
+        if any(b is not None for b in self.biases):
+            self.packed_bias = torch.cat([w.new_zeros(w.shape[0]) if b is None else b
+                                          for w, b in zip(self.weights, self.biases)])
+        if cpu_gemm.why_unusable(stacked) is None:
+            self.panels = cpu_gemm.pack(stacked)
+        if self.panels is None or stacked.dtype == torch.bfloat16:  # bf16 prefills: oneDNN's AMX path
             self.packed = torch.ops.mkldnn._reorder_linear_weight(stacked, batch_hint)
-            if any(b is not None for b in self.biases):
-                self.packed_bias = torch.cat([w.new_zeros(w.shape[0]) if b is None else b
-                                              for w, b in zip(self.weights, self.biases)])
 
     @property
     def out_features(self) -> int:
         return sum(self.sizes)
 
-    def _packed_matmul(self, x: torch.Tensor) -> torch.Tensor:
-        pad = PACKED_MIN_ROWS - x.shape[0] if x.dim() == 2 and 0 < x.shape[0] < PACKED_MIN_ROWS else 0
+    @property
+    def is_prepacked(self) -> bool:
+        return self.panels is not None or self.packed is not None
+
+    def _packed_matmul(self, x: torch.Tensor) -> torch.Tensor | None:
+        """x @ the packed copy -> ``[..., out_features]``, or None where only ``F.linear`` applies (no
+        packed copy, or an fp32 prefill past the C matmul's rows, where MKL is as fast)."""
+        rows = x.shape[0] if x.dim() == 2 else -1
+        if self.panels is not None and 0 < rows <= cpu_gemm.MAX_ROWS[self.panels.dtype]:
+            return cpu_gemm.matmul(x, self.panels, self.packed_bias)
+        if self.packed is None:
+            return None
+        pad = PACKED_MIN_ROWS - rows if 0 < rows < PACKED_MIN_ROWS else 0
         if pad:  # zero rows, computed and dropped
             x = F.pad(x, (0, 0, 0, pad))
         y = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.packed_bias, "none", [], "")
@@ -77,14 +105,15 @@ class Linear:
 
     def parts(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x: [..., in_features] -> one [..., out_i] tensor per weight (views of one output if packed)."""
-        if self.packed is None:
-            return tuple(F.linear(x, w, b) for w, b in zip(self.weights, self.biases))
         y = self._packed_matmul(x)
+        if y is None:
+            return tuple(F.linear(x, w, b) for w, b in zip(self.weights, self.biases))
         return (y,) if len(self.sizes) == 1 else y.split(self.sizes, dim=-1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [..., in_features] -> [..., out_features] (the parts side by side)."""
-        if self.packed is not None:  # already one stacked output
-            return self._packed_matmul(x)
-        parts = self.parts(x)
+        y = self._packed_matmul(x)
+        if y is not None:  # already one stacked output
+            return y
+        parts = tuple(F.linear(x, w, b) for w, b in zip(self.weights, self.biases))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from paged_lab.engine.linear import Linear, can_prepack
+from paged_lab.kernels import cpu_layer_ops
 
 
 @dataclass
@@ -119,7 +120,10 @@ def _linear(modules, prepack: bool, batch_hint: int | None) -> Linear:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / rms(x) * weight, computed in fp32 (as transformers' LlamaRMSNorm)."""
+    """x / rms(x) * weight, computed in fp32 (as transformers' LlamaRMSNorm). On a CPU one C pass
+    (``kernels.cpu_layer_ops``, the same formula): torch's version is about ten small ops."""
+    if x.dim() == 2 and x.is_contiguous() and weight.dtype == x.dtype and cpu_layer_ops.usable(x):
+        return cpu_layer_ops.rms_norm(x, weight, eps)
     if x.dtype == torch.float32:  # one fused op, same formula and result
         return F.rms_norm(x, weight.shape, weight, eps)
     dtype = x.dtype
@@ -204,13 +208,31 @@ def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torc
     q = q.view(-1, nq, hd)  # [num_tokens, num_heads, head_dim]
     k = k.view(-1, nkv, hd)  # [num_tokens, num_kv_heads, head_dim]
     v = v.view(-1, nkv, hd)
-    q = q * cos + q.roll(hd // 2, -1) * sin  # RoPE: q * cos + rotate_half(q) * sin
-    k = k * cos + k.roll(hd // 2, -1) * sin
+    q, k = rope(q, k, cos, sin)
     o = attend(q, k, v)  # [num_tokens, num_heads, head_dim]
     x = x + w.o(o.reshape(-1, nq * hd))
     h = rms_norm(x, w.post_norm, dims.eps)
-    gate, up = w.gate_up.parts(h)  # each [num_tokens, intermediate]
-    return x + w.down(F.silu(gate) * up)
+    return x + w.down(swiglu(w.gate_up, h))
+
+
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE: x * cos + rotate_half(x) * sin, for q ``[num_tokens, num_heads, head_dim]`` and k; ``sin`` is
+    pre-signed, so rotate_half is a roll (see ``PagedLlama._extend_rope``). On a CPU one C pass over both,
+    in place (q and k are fresh outputs of the q/k/v matmul), instead of eight torch ops."""
+    if cpu_layer_ops.usable(q) and cpu_layer_ops.rope_usable(q, k, cos):
+        cpu_layer_ops.rope_(q, k, cos, sin)
+        return q, k
+    hd = q.shape[-1]
+    return q * cos + q.roll(hd // 2, -1) * sin, k * cos + k.roll(hd // 2, -1) * sin
+
+
+def swiglu(gate_up: Linear, h: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up of the MLP's gate/up projection of h -> ``[num_tokens, intermediate]``. With the
+    projections packed into one matmul (CPU), its output goes through one C pass instead of two ops."""
+    if gate_up.is_prepacked and cpu_layer_ops.usable(h):
+        return cpu_layer_ops.silu_mul(gate_up(h))  # gate_up(h): [num_tokens, 2 * intermediate], gate first
+    gate, up = gate_up.parts(h)  # each [num_tokens, intermediate]
+    return F.silu(gate) * up
 
 
 # The decode batch oneDNN lays the prepacked weights out for (engine.linear.Linear's batch_hint).
@@ -235,7 +257,7 @@ class PagedLlama:
         self.layers = layers
         self.final_norm = final_norm
         self.lm_head = lm_head  # [vocab, hidden] (its weight is the embedding itself when tied)
-        self.prepacked = lm_head.packed is not None
+        self.prepacked = lm_head.is_prepacked
         self.num_layers = len(layers)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads

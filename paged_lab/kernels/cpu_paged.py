@@ -16,9 +16,11 @@ code, so a cached one is loaded only from a folder of this user's that nobody el
 with mode 0700), and only while its bytes match the sha256 written beside it at build time; any other
 file there is rebuilt, and a folder of another user's is refused (:func:`why_unavailable`). :func:`usable` says
 whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
-a tensor that is not CPU fp32, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels are
+a tensor that is not CPU fp32 or bf16, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels are
 the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and the torch path otherwise. :func:`why_unavailable` says why the library is not loaded.
-Results match the torch path to about 1e-6: the same fp32 math, summed in another order.
+Results match the torch path to about 1e-6: the same fp32 math, summed in another order. A bf16 cache is
+read as it is (each element widened to fp32 exactly) and all the math is fp32; q goes in as fp32 and the
+output is rounded to bf16 once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
+KV_DTYPES = (torch.float32, torch.bfloat16)  # what the C kernels read (bf16 widened to fp32 exactly)
 CFLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
 _lock = threading.Lock()
@@ -83,15 +86,15 @@ def _is_our_build(lib_path: Path, digest_path: Path) -> bool:
         return False
 
 
-def _compile(cc: str, lib_path: Path, digest_path: Path) -> str | None:
-    """Build SOURCE into ``lib_path`` and write its sha256 beside it; None, or why it failed. Both files
+def _compile(cc: str, lib_path: Path, digest_path: Path, source: Path = SOURCE) -> str | None:
+    """Build ``source`` into ``lib_path`` and write its sha256 beside it; None, or why it failed. Both files
     are written under temporary names and renamed into place (atomic: another process sees the whole
     file or none; two processes that build at once each write a whole library and digest)."""
     tmp = lib_path.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True)
+    proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        return f"{cc} could not build {SOURCE.name}: {proc.stderr.strip()[:500]}"
+        return f"{cc} could not build {source.name}: {proc.stderr.strip()[:500]}"
     os.chmod(tmp, 0o700)  # the compiler's mode follows the umask, which may leave it group-writable
     tmp_digest = digest_path.with_suffix(f".{os.getpid()}.tmp")
     fd = os.open(tmp_digest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -102,7 +105,9 @@ def _compile(cc: str, lib_path: Path, digest_path: Path) -> str | None:
     return None
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
+def load_library(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
+    """(the compiled ``source``, None), or (None, why not): built once into this user's private cache
+    folder by the rules above and loaded; ``kernels.cpu_gemm`` builds its C file through this too."""
     if os.environ.get("PAGED_LAB_CPU_KERNELS", "1") == "0":
         return None, "turned off by PAGED_LAB_CPU_KERNELS=0"
     capability = torch.backends.cpu.get_cpu_capability()
@@ -113,26 +118,33 @@ def _build() -> tuple[ctypes.CDLL | None, str | None]:
         return None, "no C compiler found (install gcc, or set CC)"
     from paged_lab._cache import cache_root
 
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
     folder = cache_root() / "kernels"
-    lib_path = folder / f"paged_attention-{key}.so"
-    digest_path = folder / f"paged_attention-{key}.so.sha256"
+    lib_path = folder / f"{source.stem}-{key}.so"
+    digest_path = folder / f"{source.stem}-{key}.so.sha256"
     try:
         why = _private_folder(folder)
         if why is not None:
             return None, why
         if not _is_our_build(lib_path, digest_path):
-            why = _compile(cc, lib_path, digest_path)
+            why = _compile(cc, lib_path, digest_path, source)
             if why is not None:
                 return None, why
         # torch is loaded, so the library's libgomp.so.1 resolves to torch's own: one OpenMP thread pool
-        lib = ctypes.CDLL(str(lib_path))
+        return ctypes.CDLL(str(lib_path)), None
     except OSError as e:  # a read-only cache folder, a compiler that cannot run, a library that cannot load
         return None, f"could not build or load {lib_path.name}: {e}"
+
+
+def _build() -> tuple[ctypes.CDLL | None, str | None]:
+    lib, why = load_library(SOURCE)
+    if lib is None:
+        return None, why
     p, n = ctypes.c_void_p, ctypes.c_long
     lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
-    lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
-    lib.paged_prefill.argtypes = [p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, ctypes.c_int]
+    i = ctypes.c_int
+    lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
+    lib.paged_prefill.argtypes = [p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
     return lib, None
 
 
@@ -161,8 +173,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
     tensors = (k_cache, v_cache) if q is None else (q, k_cache, v_cache)
     if any(t.device.type != "cpu" for t in tensors):
         return f"tensors on {k_cache.device} (the C kernels run on the CPU)"
-    if any(t.dtype != torch.float32 for t in tensors):
-        return f"dtype {k_cache.dtype if q is None else q.dtype} (the C kernels take float32)"
+    if any(t.dtype not in KV_DTYPES or t.dtype != k_cache.dtype for t in tensors):
+        return f"dtype {k_cache.dtype if q is None else q.dtype} (the C kernels take float32 or bfloat16, all alike)"
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         return "caches that are not contiguous"
     head_dim, kv_heads = k_cache.shape[-1], k_cache.shape[2]
@@ -180,12 +192,12 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> boo
 
 
 def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q as contiguous ``[rows, H, d]``, and a contiguous ``out`` of that shape. The C code reads q and
-    writes out as packed rows (row r at offset ``r * H * d``), so neither may be a strided view: q may be
-    one (a transpose, a slice of a fused projection), and ``torch.empty_like(q)`` would copy its strides
-    into ``out``, so the kernel's packed rows would land in the wrong places."""
-    q = q.contiguous()
-    return q, torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    """q as contiguous fp32 ``[rows, H, d]``, and a contiguous fp32 ``out`` of that shape. The C code reads q
+    and writes out as packed fp32 rows (row r at offset ``r * H * d``), so neither may be a strided view: q
+    may be one (a transpose, a slice of a fused projection), and ``torch.empty_like(q)`` would copy its
+    strides into ``out``, so the kernel's packed rows would land in the wrong places."""
+    q = q.to(torch.float32).contiguous()
+    return q, torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
@@ -194,21 +206,23 @@ def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: floa
     (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
     the dispatch checks (``kernels.dispatch``) and :func:`usable`: the C code trusts every index."""
     S, H, d = q.shape
+    dtype = q.dtype
     q, out = _contiguous_q_and_out(q)
     if S == 0:
-        return out
+        return out.to(dtype)
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     if slots is not None:
-        k, v, slots = k.contiguous(), v.contiguous(), slots.to(torch.long).contiguous()
+        k, v = k.to(k_cache.dtype).contiguous(), v.to(k_cache.dtype).contiguous()  # stored as the cache holds them
+        slots = slots.to(torch.long).contiguous()
     rc = _lib().paged_decode(
         q.data_ptr(), 0 if slots is None else k.data_ptr(), 0 if slots is None else v.data_ptr(),
         k_cache.data_ptr(), v_cache.data_ptr(), 0 if slots is None else slots.data_ptr(), tables.data_ptr(),
         tables.shape[1], lens.data_ptr(), S, H, k_cache.shape[2], d, k_cache.shape[1], scale, out.data_ptr(),
-        torch.get_num_threads())
+        torch.get_num_threads(), int(k_cache.dtype == torch.bfloat16))
     if rc != 0:
         raise MemoryError(f"paged_decode could not allocate its score buffers (S={S}, max context "
                           f"{int(lens.max())})")
-    return out
+    return out.to(dtype)
 
 
 def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) -> torch.Tensor:
@@ -216,15 +230,17 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
     ``query_start_loc[s]:query_start_loc[s + 1]``, the last positions of its context of ``lens[s]``) over
     their paged contexts -> ``[num_tokens, H, d]``; their K/V must be stored already. Same trust rules
     as :func:`store_and_decode`."""
+    dtype = q.dtype
     q, out = _contiguous_q_and_out(q)
     if q.shape[0] == 0:
-        return out
+        return out.to(dtype)
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     qsl = query_start_loc.to(torch.long).contiguous()
     rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(), tables.data_ptr(),
                               tables.shape[1], lens.data_ptr(), lens.shape[0], q.shape[1], k_cache.shape[2],
-                              q.shape[2], k_cache.shape[1], scale, out.data_ptr(), torch.get_num_threads())
+                              q.shape[2], k_cache.shape[1], scale, out.data_ptr(), torch.get_num_threads(),
+                              int(k_cache.dtype == torch.bfloat16))
     if rc != 0:
         raise MemoryError(f"paged_prefill could not allocate its buffers ({q.shape[0]} query tokens, max "
                           f"context {int(lens.max())})")
-    return out
+    return out.to(dtype)

@@ -251,13 +251,19 @@ def format_report(report: BenchReport) -> str:
         per = ", ".join(f"{r.tokens_per_s:.1f}" for r in runs)
         lines.append(f"{m:<20}{report.median_tokens_per_s(m):>14.1f}{secs:>10.2f}   {per}")
     if report.runs.get("paged_lab"):
-        runs = sorted(report.runs["paged_lab"], key=lambda r: r.tokens_per_s)
-        median = runs[(len(runs) - 1) // 2]
-        lines.append(f"paged_lab's steps in its median run ({median.tokens_per_s:.1f} tok/s), by kind: "
-                     "count, total s, median ms")
-        for kind, secs in sorted(median.steps.items(), key=lambda kv: (kv[0] != "prefill", len(kv[0]), kv[0])):
-            lines.append(f"  {kind:<12}{len(secs):>5}{sum(secs):>8.2f}{statistics.median(secs) * 1e3:>9.1f}")
+        lines += format_steps(report.runs["paged_lab"])
         for base in ("hf_static", "hf_generate_batch"):
             if base in report.runs:
                 lines.append(f"paged_lab / {base}: {report.ratio('paged_lab', base):.2f}x")
     return "\n".join(lines)
+
+
+def format_steps(runs: list[RunResult]) -> list[str]:
+    """paged_lab's step times in its median run, by kind ("prefill", "decode N"): count, total, median."""
+    runs = sorted(runs, key=lambda r: r.tokens_per_s)
+    median = runs[(len(runs) - 1) // 2]
+    lines = [f"paged_lab's steps in its median run ({median.tokens_per_s:.1f} tok/s), by kind: "
+             "count, total s, median ms"]
+    for kind, secs in sorted(median.steps.items(), key=lambda kv: (kv[0] != "prefill", len(kv[0]), kv[0])):
+        lines.append(f"  {kind:<12}{len(secs):>5}{sum(secs):>8.2f}{statistics.median(secs) * 1e3:>9.1f}")
+    return lines

@@ -24,7 +24,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paged_lab.tools.bench import BenchRequest, RunResult, attention_summary, bench_workload, run_paged_lab
+from paged_lab.tools.bench import (
+    BenchRequest,
+    RunResult,
+    attention_summary,
+    bench_workload,
+    format_steps,
+    run_paged_lab,
+)
 
 RUNNER = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_runner.py"
 PREFIX = "@@vllm_runner "  # the runner's answers on its stdout (vLLM logs there too)
@@ -87,6 +94,7 @@ class RaceReport:
     agreement: TokenAgreement | None = None
     paged_lab_attention: str = ""
     paged_lab_repeatable: bool = True  # every paged_lab run made the same tokens
+    vllm_repeatable: bool = True  # every vLLM run made the same tokens
 
     def median(self, engine: str) -> float:
         runs = self.paged_lab if engine == "paged_lab" else self.vllm
@@ -191,6 +199,7 @@ def race(model_name: str = "smollm2-135m", dtype: str = "float32", repeats: int 
         runner.close()
     ours = [r.token_ids for r in report.paged_lab]
     report.paged_lab_repeatable = all(t == ours[0] for t in ours)
+    report.vllm_repeatable = all(r["token_ids"] == report.vllm[0]["token_ids"] for r in report.vllm)
     report.agreement = compare_tokens(ours[0], report.vllm[0]["token_ids"])
     report.paged_lab_attention = attention_summary(llm.stats())
     return report
@@ -223,9 +232,10 @@ def format_race(report: RaceReport) -> str:
                  + ", ".join(f"{x:.2f}" for x in per_round) + ")")
     lines.append(f"load average (1 min) before the runs: {min(report.load):.2f}-{max(report.load):.2f} "
                  f"(median {statistics.median(report.load):.2f}) on {os.cpu_count()} CPUs")
-    lines.append(f"tokens, paged_lab vs vLLM: {report.agreement.describe()}"
-                 + ("" if report.paged_lab_repeatable else "; paged_lab's runs did not all make the same tokens"))
-    return "\n".join(lines)
+    lines.append(f"tokens, paged_lab vs vLLM (their first timed runs): {report.agreement.describe()}"
+                 + ("" if report.paged_lab_repeatable else "; paged_lab's runs did not all make the same tokens")
+                 + ("" if report.vllm_repeatable else "; vLLM's runs did not all make the same tokens"))
+    return "\n".join(lines + format_steps(report.paged_lab))
 
 
 def main_race(dtypes: list[str], **kwargs) -> int:

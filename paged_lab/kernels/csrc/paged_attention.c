@@ -12,7 +12,8 @@
  * vectorized with AVX-512 over head_dim (a multiple of 16); sequences (split by KV heads when there are
  * fewer sequences than threads) go to OpenMP threads (torch's own libgomp, so one thread pool).
  * Layouts (all contiguous):
- *   q, out [S, H, D]; k_new, v_new [S, KVH, D]; caches [num_blocks, block_size, KVH, D];
+ *   q, out [S, H, D] fp32; k_new, v_new [S, KVH, D] and caches [num_blocks, block_size, KVH, D] in the
+ *   cache's dtype: fp32, or bf16 (kv_bf16 = 1: widened to fp32 as it is read, all math in fp32);
  *   slots int64 [S] (negative: not stored; NULL: store nothing); tables int64 [S, max_blocks];
  *   lens int64 [S] (context length, the new token included).
  * A prefill's query tokens are the last (qsl[s + 1] - qsl[s]) positions of sequence s's context, as in
@@ -20,6 +21,7 @@
  */
 #include <immintrin.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,20 +48,21 @@ static inline __m512 exp_neg(__m512 x) {
  * V passes walk the context token by token, so each block's rows (block_size x KVH x D contiguous
  * floats) stream in order; the output accumulates in `acc` ([H, D], in L1). Written once as a macro
  * and instantiated for D = 64 and 128 so the head_dim loops unroll; other D take the runtime version. */
-#define ATTEND_BODY(ND)                                                                              \
+#define ATTEND_BODY(ND, KT, LOAD)                                                                    \
     long D = 16 * (ND), row = kvh * D, G = H / kvh, nblk = (ctx + bs - 1) / bs;                      \
     for (long b = 0, t = 0; b < nblk; b++) {                                                         \
-        const float *kp = k_cache + table[b] * bs * row;                                             \
-        const char *pf = (const char *)(b + 1 < nblk ? k_cache + table[b + 1] * bs * row : kp);      \
+        const KT *kp = (const KT *)k_cache + table[b] * bs * row;                                    \
+        const char *pf = (const char *)(b + 1 < nblk ? (const KT *)k_cache + table[b + 1] * bs * row : kp); \
         for (long off = 0; off < bs && t < ctx; off++, t++, kp += row) {                             \
-            for (long c = (off * row + h0 * D) * 4; c < (off * row + h1 * D) * 4; c += 64)           \
+            for (long c = (off * row + h0 * D) * sizeof(KT); c < (off * row + h1 * D) * sizeof(KT); c += 64) \
                 _mm_prefetch(pf + c, _MM_HINT_T0); /* the next block's row, one block ahead */        \
             for (long h = h0; h < h1; h++)                                                           \
                 for (long hq = h * G; hq < (h + 1) * G; hq++) {                                      \
-                    const float *kh = kp + h * D, *qh = q + hq * D;                                  \
+                    const KT *kh = kp + h * D;                                                       \
+                    const float *qh = q + hq * D;                                                    \
                     __m512 a = _mm512_setzero_ps();                                                  \
                     for (long j = 0; j < (ND); j++)                                                  \
-                        a = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * j), _mm512_loadu_ps(kh + 16 * j), a); \
+                        a = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * j), LOAD(kh + 16 * j), a);          \
                     scores[hq * ctx + t] = _mm512_reduce_add_ps(a) * scale;                          \
                 }                                                                                    \
         }                                                                                            \
@@ -78,18 +81,18 @@ static inline __m512 exp_neg(__m512 x) {
         for (long j = 0; j < (ND); j++) _mm512_storeu_ps(acc + hq * D + 16 * j, _mm512_setzero_ps()); \
     }                                                                                                \
     for (long b = 0, t = 0; b < nblk; b++) {                                                         \
-        const float *vp = v_cache + table[b] * bs * row;                                             \
-        const char *pf = (const char *)(b + 1 < nblk ? v_cache + table[b + 1] * bs * row : vp);      \
+        const KT *vp = (const KT *)v_cache + table[b] * bs * row;                                    \
+        const char *pf = (const char *)(b + 1 < nblk ? (const KT *)v_cache + table[b + 1] * bs * row : vp); \
         for (long off = 0; off < bs && t < ctx; off++, t++, vp += row) {                             \
-            for (long c = (off * row + h0 * D) * 4; c < (off * row + h1 * D) * 4; c += 64)           \
+            for (long c = (off * row + h0 * D) * sizeof(KT); c < (off * row + h1 * D) * sizeof(KT); c += 64) \
                 _mm_prefetch(pf + c, _MM_HINT_T0);                                                   \
             for (long h = h0; h < h1; h++)                                                           \
                 for (long hq = h * G; hq < (h + 1) * G; hq++) {                                      \
-                    const float *vh = vp + h * D;                                                    \
+                    const KT *vh = vp + h * D;                                                       \
                     __m512 p = _mm512_set1_ps(scores[hq * ctx + t]);                                 \
                     float *o = acc + hq * D;                                                         \
                     for (long j = 0; j < (ND); j++)                                                  \
-                        _mm512_storeu_ps(o + 16 * j, _mm512_fmadd_ps(p, _mm512_loadu_ps(vh + 16 * j), \
+                        _mm512_storeu_ps(o + 16 * j, _mm512_fmadd_ps(p, LOAD(vh + 16 * j),          \
                                                                      _mm512_loadu_ps(o + 16 * j)));  \
                 }                                                                                    \
         }                                                                                            \
@@ -100,20 +103,28 @@ static inline __m512 exp_neg(__m512 x) {
             _mm512_storeu_ps(out + hq * D + 16 * j, _mm512_mul_ps(_mm512_loadu_ps(acc + hq * D + 16 * j), inv)); \
     }
 
-#define ATTEND_ARGS const float *q, long H, long kvh, long h0, long h1, const float *k_cache,          \
-                    const float *v_cache, const long *table, long ctx, long bs, float scale, float *out, \
-                    float *scores, float *sums, float *acc
-static void attend_d64(ATTEND_ARGS) { ATTEND_BODY(4) }
-static void attend_d128(ATTEND_ARGS) { ATTEND_BODY(8) }
-static void attend_any(long nd, ATTEND_ARGS) { ATTEND_BODY(nd) }
+/* K/V elements: fp32, or bf16 widened to fp32 exactly (its bits are the top half of the fp32 ones). */
+static inline __m512 load_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline __m512 load_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
 
-static void attend(long D, ATTEND_ARGS) {
-    if (D == 64)
-        attend_d64(q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
-    else if (D == 128)
-        attend_d128(q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
+#define ATTEND_ARGS const float *q, long H, long kvh, long h0, long h1, const void *k_cache,           \
+                    const void *v_cache, const long *table, long ctx, long bs, float scale, float *out,  \
+                    float *scores, float *sums, float *acc
+#define ATTEND_CALL q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc
+static void attend_d64(ATTEND_ARGS) { ATTEND_BODY(4, float, load_f32) }
+static void attend_d128(ATTEND_ARGS) { ATTEND_BODY(8, float, load_f32) }
+static void attend_any(long nd, ATTEND_ARGS) { ATTEND_BODY(nd, float, load_f32) }
+static void attend_d64_bf16(ATTEND_ARGS) { ATTEND_BODY(4, uint16_t, load_bf16) }
+static void attend_d128_bf16(ATTEND_ARGS) { ATTEND_BODY(8, uint16_t, load_bf16) }
+static void attend_any_bf16(long nd, ATTEND_ARGS) { ATTEND_BODY(nd, uint16_t, load_bf16) }
+
+static void attend(long D, int bf16, ATTEND_ARGS) {
+    if (bf16)
+        D == 64 ? attend_d64_bf16(ATTEND_CALL) : D == 128 ? attend_d128_bf16(ATTEND_CALL) : attend_any_bf16(D / 16, ATTEND_CALL);
     else
-        attend_any(D / 16, q, H, kvh, h0, h1, k_cache, v_cache, table, ctx, bs, scale, out, scores, sums, acc);
+        D == 64 ? attend_d64(ATTEND_CALL) : D == 128 ? attend_d128(ATTEND_CALL) : attend_any(D / 16, ATTEND_CALL);
 }
 
 static int bad_shape(long H, long kvh, long D, long bs) {
@@ -123,16 +134,16 @@ static int bad_shape(long H, long kvh, long D, long bs) {
 /* Both return 0, or -1 for shapes they do not take (D not a multiple of 16 or over 256, H not a
  * multiple of KVH, more than 64 query heads per KV head) or a failed allocation; the caller checks the
  * rest (tables, lengths and slots in range). */
-int paged_decode(const float *q, const float *k_new, const float *v_new, float *k_cache, float *v_cache,
+int paged_decode(const float *q, const void *k_new, const void *v_new, void *k_cache, void *v_cache,
                  const long *slots, const long *tables, long max_blocks, const long *lens, long S, long H,
-                 long kvh, long D, long bs, float scale, float *out, int threads) {
+                 long kvh, long D, long bs, float scale, float *out, int threads, int kv_bf16) {
     if (bad_shape(H, kvh, D, bs)) return -1;
-    long row = kvh * D;
+    long row = kvh * D, row_bytes = row * (kv_bf16 ? 2 : 4);
     if (slots)
         for (long s = 0; s < S; s++)
             if (slots[s] >= 0) {
-                memcpy(k_cache + slots[s] * row, k_new + s * row, row * sizeof(float));
-                memcpy(v_cache + slots[s] * row, v_new + s * row, row * sizeof(float));
+                memcpy((char *)k_cache + slots[s] * row_bytes, (const char *)k_new + s * row_bytes, row_bytes);
+                memcpy((char *)v_cache + slots[s] * row_bytes, (const char *)v_new + s * row_bytes, row_bytes);
             }
     long max_ctx = 1;
     for (long s = 0; s < S; s++) max_ctx = lens[s] > max_ctx ? lens[s] : max_ctx;
@@ -147,7 +158,7 @@ int paged_decode(const float *q, const float *k_new, const float *v_new, float *
     for (long task = 0; task < S * parts; task++) {
         long s = task / parts, part = task % parts;
         float *scores = buf + omp_get_thread_num() * per;
-        attend(D, q + s * H * D, H, kvh, part * kvh / parts, (part + 1) * kvh / parts, k_cache, v_cache,
+        attend(D, kv_bf16, q + s * H * D, H, kvh, part * kvh / parts, (part + 1) * kvh / parts, k_cache, v_cache,
                tables + s * max_blocks, lens[s], bs, scale, out + s * H * D, scores, scores + H * max_ctx,
                scores + H * max_ctx + H);
     }
@@ -155,9 +166,9 @@ int paged_decode(const float *q, const float *k_new, const float *v_new, float *
     return 0;
 }
 
-int paged_prefill(const float *q, const float *k_cache, const float *v_cache, const long *qsl,
+int paged_prefill(const float *q, const void *k_cache, const void *v_cache, const long *qsl,
                   const long *tables, long max_blocks, const long *lens, long S, long H, long kvh, long D,
-                  long bs, float scale, float *out, int threads) {
+                  long bs, float scale, float *out, int threads, int kv_bf16) {
     if (bad_shape(H, kvh, D, bs)) return -1;
     long T = qsl[S], max_ctx = 1;
     if (T < 1) return 0;
@@ -177,7 +188,7 @@ int paged_prefill(const float *q, const float *k_cache, const float *v_cache, co
     for (long i = 0; i < T; i++) {
         long s = seq_of[i], ctx = lens[s] - (qsl[s + 1] - i) + 1; /* causal: up to this token's position */
         float *scores = buf + omp_get_thread_num() * per;
-        attend(D, q + i * H * D, H, kvh, 0, kvh, k_cache, v_cache, tables + s * max_blocks, ctx, bs, scale,
+        attend(D, kv_bf16, q + i * H * D, H, kvh, 0, kvh, k_cache, v_cache, tables + s * max_blocks, ctx, bs, scale,
                out + i * H * D, scores, scores + H * max_ctx, scores + H * max_ctx + H);
     }
     free(buf);

@@ -1,0 +1,85 @@
+"""The engine's small matmuls in C for the CPU: ``y = x @ W.T + bias`` for the few rows of a decode step.
+
+A decode step multiplies one row per running sequence by every weight of the model, so its matmuls are
+bound by how fast the weights stream from memory, not by arithmetic. ``csrc/panel_gemm.c`` reads every
+weight once, in memory order, from a copy packed once into panels of 16 output features (:func:`pack`),
+and keeps up to 8 rows x 32 outputs in registers (the file's comment gives the loop). On the development
+machine (Intel, AVX-512, 2 threads) SmolLM2's 30 layers' projections and head took about 21 ms for 4 rows
+where oneDNN's prepacked matmul took 28-31 ms (``benchmarks/linear_bench.py``); from a few hundred rows on,
+the matmul is compute-bound and MKL/oneDNN are as fast or faster (bf16: oneDNN's AMX from 8 rows), so
+``engine.linear`` uses this for up to :data:`MAX_ROWS` rows only.
+
+Each output is summed in input order, 64 terms at a time and then the blocks (one running sum erred 5x
+more against float64), so a row's result does not depend on which rows share its batch; against
+``F.linear`` it differs by summation order only (about 1e-6 relative in fp32).
+bf16 weights are widened to fp32 exactly and summed in fp32; the caller rounds the result to bf16 once.
+Built on first use like :mod:`~paged_lab.kernels.cpu_paged` (same cache folder and rules, AVX-512 only).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import torch
+
+from paged_lab.kernels import cpu_paged
+
+SOURCE = Path(__file__).with_name("csrc") / "panel_gemm.c"
+PANEL = 16  # output features per panel: one AVX-512 register of fp32
+# Up to this many rows the packed loop beat torch's matmuls here; more rows go to them (engine.linear).
+# fp32 (1 thread): 0.73x oneDNN's time at 4 rows, 0.97x at 64, as fast as MKL at 256, MKL 5% faster at
+# 1,024. bf16 (2 threads): 0.63x oneDNN's at 4 rows, even at 8, and oneDNN's AMX tiles far ahead from 16 on.
+MAX_ROWS = {torch.float32: 256, torch.bfloat16: 4}
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _lib() -> ctypes.CDLL | None:
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                lib, why = cpu_paged.load_library(SOURCE)
+                if lib is not None:
+                    p, n = ctypes.c_void_p, ctypes.c_long
+                    lib.panel_gemm.restype = None
+                    lib.panel_gemm.argtypes = [p, p, ctypes.c_int, p, p, n, n, n, ctypes.c_int]
+                _state["lib"], _state["why"] = lib, why
+    return _state["lib"]
+
+
+def why_unusable(weight: torch.Tensor) -> str | None:
+    """Why :func:`pack` cannot take this ``[N, K]`` weight, or None when it can."""
+    if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
+        return f"a {weight.dtype} weight on {weight.device} (the C matmul takes CPU float32 or bfloat16)"
+    if weight.dim() != 2 or weight.shape[0] % PANEL:
+        return f"weight shape {tuple(weight.shape)} (needs [N, K] with N a multiple of {PANEL})"
+    _lib()
+    return None if _state["why"] is None else f"the C matmul is not loaded ({_state['why']})"
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` -> panels ``[N / 16, K, 16]``: panel p holds outputs 16p..16p+15, input k's 16 weights
+    side by side (a copy: the transformers tensor stays as it is)."""
+    n, k = weight.shape
+    return weight.detach().reshape(n // PANEL, PANEL, k).transpose(1, 2).contiguous()
+
+
+def matmul(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x ``[M, K]`` (fp32, or bf16 with bf16 panels) times the packed weight -> ``[M, N]`` in x's dtype.
+    bf16: x is widened to fp32 and the fp32 sums rounded to bf16 once, at the end."""
+    m, k = x.shape
+    n = panels.shape[0] * PANEL
+    if panels.shape[1] != k:
+        raise ValueError(f"x has {k} features but the packed weight takes {panels.shape[1]}")
+    xf = x.to(torch.float32).contiguous()
+    y = torch.empty(m, n, dtype=torch.float32)
+    if bias is not None:
+        bias = bias.to(torch.float32).contiguous()
+    if m:
+        _lib().panel_gemm(xf.data_ptr(), panels.data_ptr(), int(panels.dtype == torch.bfloat16),
+                          None if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k,
+                          torch.get_num_threads())
+    return y if x.dtype == torch.float32 else y.to(x.dtype)

@@ -1,0 +1,84 @@
+"""A decoder layer's element-wise steps in C for the CPU: RMSNorm, RoPE, SiLU(gate) * up.
+
+In a decode step these touch a few thousand numbers each, and torch spends more time dispatching its
+ops than computing them: F.rms_norm is about ten ops (18 us at 4 rows), RoPE eight, and in bf16 every
+op converts to fp32 and back. ``csrc/layer_ops.c`` does each in one vectorized pass, in the same order
+of operations as the torch code (``engine.llama``) that stays the readable version and the fallback:
+fp32 results differ from it only in a mean's summation order and the last bit of rsqrt and e^x, bf16 is
+rounded wherever the torch code rounds. Built on first use like :mod:`~paged_lab.kernels.cpu_paged`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import torch
+
+from paged_lab.kernels import cpu_paged
+
+SOURCE = Path(__file__).with_name("csrc") / "layer_ops.c"
+DTYPES = (torch.float32, torch.bfloat16)
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _lib() -> ctypes.CDLL | None:
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                lib, why = cpu_paged.load_library(SOURCE)
+                if lib is not None:
+                    p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+                    lib.rms_norm.argtypes = [p, p, p, n, n, ctypes.c_float, i, i]
+                    lib.rope.argtypes = [p, n, n, p, n, n, p, p, n, n, i, i]
+                    lib.silu_mul.argtypes = [p, p, n, n, i, i]
+                    for f in (lib.rms_norm, lib.rope, lib.silu_mul):
+                        f.restype = None
+                _state["lib"], _state["why"] = lib, why
+    return _state["lib"]
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether these ops take ``x``'s kind of tensor: CPU fp32/bf16, the library loaded, and not inside a
+    ``torch.compile`` trace (the compiled decode graph fuses the torch versions itself)."""
+    return (x.device.type == "cpu" and x.dtype in DTYPES and not torch.compiler.is_compiling()
+            and _lib() is not None)
+
+
+def _bf16(x: torch.Tensor) -> int:
+    return int(x.dtype == torch.bfloat16)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x ``[rows, n]`` (contiguous) -> x / rms(x) * weight, in x's dtype."""
+    out = torch.empty_like(x)
+    _lib().rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps, _bf16(x),
+                    torch.get_num_threads())
+    return out
+
+
+def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> None:
+    """RoPE in place on q ``[rows, nq, hd]`` and k ``[rows, nkv, hd]`` (views whose rows may be strided, each
+    head's hd contiguous); cos, sin_signed ``[rows, 1, hd]`` contiguous (see ``PagedLlama._extend_rope``)."""
+    rows, nq, hd = q.shape
+    _lib().rope(q.data_ptr(), q.stride(0), nq, k.data_ptr(), k.stride(0), k.shape[1], cos.data_ptr(),
+                sin_signed.data_ptr(), rows, hd, _bf16(q), torch.get_num_threads())
+
+
+def rope_usable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
+    """The layouts :func:`rope_` takes: heads of contiguous hd (half of it a multiple of 16) laid out one
+    after the other in each row, and contiguous tables of the same dtype."""
+    hd = q.shape[-1]
+    return (hd % 32 == 0 and all(t.stride(2) == 1 and t.stride(1) == hd for t in (q, k))
+            and cos.is_contiguous() and cos.dtype == q.dtype == k.dtype)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up ``[rows, 2n]`` (gate, then up; contiguous) -> silu(gate) * up ``[rows, n]``."""
+    rows, n = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, n, dtype=gate_up.dtype)
+    _lib().silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, n, _bf16(gate_up), torch.get_num_threads())
+    return out
