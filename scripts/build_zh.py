@@ -269,7 +269,7 @@ def _template(node: ast.AST) -> str | None:
 
 
 QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.classroom.quiz: what holds a quiz's texts
-QUIZ_MODULES = ROOT / "paged_lab" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
+QUIZ_MODULES = ROOT / "paged_lab" / "classroom" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
 
 
 _WORD = re.compile(r"[A-Za-z]{3,}")  # a quiz text with one English word in it is shown in Chinese too

@@ -43,7 +43,7 @@ def quiz(*, old_in: int, new_in: int, lockers: int, reserve: int, held: int, emp
             answer=1,
         ),
         NumberQuestion(
-            f"The seed's opening question: only {bags} used, why {reserve} taken? (只用了 {bags} 格，為什麼占了 "
+            f"The story's opening question: only {bags} used, why {reserve} taken? (只用了 {bags} 格，為什麼占了 "
             f"{reserve} 格？) Under the old manager's {reserve}-in-a-row rule, one traveller brings {bags} pieces "
             f"of luggage and another brings {single}. How many lockers sit locked but empty for the two together?",
             answer=old.internal_fragmentation, source=ContiguousAllocator,

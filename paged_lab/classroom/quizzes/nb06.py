@@ -47,7 +47,7 @@ def quiz(*, context_lens: list[int], block_size: int, num_heads: int, num_kv_hea
         ),
         Question(
             f"SmolLM2 has {num_heads} query heads and {num_kv_heads} KV heads. Why does one program per (sequence, "
-            "KV head) read less memory than one per (sequence, query head)?",
+            "KV head) load fewer bytes of K and V than one per (sequence, query head)?",
             [Choice("It skips the empty slots of the last block",
                     "Both kinds of program mask the same empty slots, which saves the same few bytes either way. "
                     "The difference is how many times each block of K and V is loaded."),
@@ -58,9 +58,10 @@ def quiz(*, context_lens: list[int], block_size: int, num_heads: int, num_kv_hea
                     "The table is a few integers per block; the bytes that matter are the K and V vectors, "
                     "head_dim numbers per token and head. Those are what a group's program loads once."),
              Choice(f"Each block of K/V is loaded once for its {group} query heads",
-                    f"For sequence 0 the programs read {bytes_per_group_program:,} bytes of K/V with one program "
-                    f"per KV head, against {bytes_per_head_program:,} with one per query head: {group}× less "
-                    "traffic for a memory-bound kernel.")],
+                    f"For sequence 0 the programs load {bytes_per_group_program:,} bytes of K/V with one program "
+                    f"per KV head, against {bytes_per_head_program:,} with one per query head: {group}× fewer "
+                    "bytes loaded. How much memory traffic that saves depends on the GPU: repeated loads of the "
+                    "same block may be served by its L2 cache; the loads are what this count is sure of.")],
             answer=3,
         ),
         Question(

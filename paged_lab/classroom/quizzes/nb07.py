@@ -65,7 +65,7 @@ def quiz(*, common: int, prompt_lens: list[int], cache_block_size: int, preempti
                     "The weights stay where they are for the whole run: preemption frees only the request's KV "
                     "blocks. Those blocks held its generated tokens' K and V too.")],
             answer=2,
-            design="V1",
+            design="V0+V1",
         ),
         Question(
             f"With n = {n} and the paper's fork (parallel_sampling=\"fork\"), the engine prefills the "
@@ -85,15 +85,18 @@ def quiz(*, common: int, prompt_lens: list[int], cache_block_size: int, preempti
             design="V0",
         ),
         Question(
-            f"Static batching computed {static_slots} token slots for {useful} useful tokens. If all "
-            f"{len(work_tokens)} requests asked for the same number of tokens, how many slots would it waste?",
+            f"Static batching computed {static_slots} token slots for {useful} useful tokens, counting output "
+            "slots as the cell above does (every request runs to its max_tokens). If all "
+            f"{len(work_tokens)} requests asked for the same number of tokens, how many output slots would it "
+            "waste?",
             [Choice(f"{static_slots - useful}",
                     "That is the waste of this skewed workload, where a batch runs as long as its longest "
                     "member. With equal lengths every row finishes together, so nothing is padded."),
              Choice(f"{same_slots - sum(same)}",
                     "With equal lengths no batch waits for a longer member, so there are no padded rows to "
                     "reclaim; continuous batching's gain comes from the skew: a few long answers holding a whole "
-                    "batch hostage."),
+                    "batch hostage. (A real static batch wastes elsewhere too: prompts are padded to the "
+                    "batch's longest, and a row that stops at EOS keeps computing until its batch ends.)"),
              Choice(f"{len(work_tokens) // batch * (batch - 1)}",
                     "That counts rows, every row but the longest of each batch, and a row wastes slots only while "
                     "it waits for a longer one. With equal lengths every row is the longest, so none waits.")],
