@@ -13,13 +13,16 @@ the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json
 
 ``en_sha`` is the English text the translation was made from: when the English cell changes, its sha
 no longer matches and ``--check`` names the cell (STALE). The generator also
-- adds the language switch to the setup cell (``paged_lab.classroom.i18n.use("zh-TW")``: figures, quizzes and
-  the glossary then show ``paged_lab/classroom/locale/zh-TW.json``'s words) and, last, a cell that fails when
+- adds the language switch to the setup cell (``paged_lab.i18n.use("zh-TW")``: figures, quizzes and
+  the glossary then show ``paged_lab/locale/zh-TW.json``'s words) and, last, a cell that fails when
   something the notebook showed had no translation;
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
 - fills ``{{series-table}}`` in the index's translation with the series table read from the zh-TW
   notebooks themselves (titles and "你會學到" bullets).
+
+What it reads from an English notebook (its badge line, its entry in the series table) is
+``scripts/notebook_kit.py``'s, shared with sync_badges.py; this script imports nothing of that one.
 """
 
 from __future__ import annotations
@@ -36,10 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-import sync_badges  # noqa: E402  (the English badges, series table and badge-line rule)
+import notebook_kit  # noqa: E402  (the badge-line rule and each English notebook's entry)
 
-from paged_lab import _project  # noqa: E402
-from paged_lab.classroom import i18n  # noqa: E402
+from paged_lab import _project, i18n  # noqa: E402
 
 LANG = "zh-TW"
 NOTEBOOKS = ROOT / "notebooks"
@@ -48,14 +50,14 @@ OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
 GOALS_HEADING = "你會學到"
 SWITCH = (
-    "\n\nimport paged_lab.classroom.i18n\n\n"
-    f'paged_lab.classroom.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
+    "\n\nimport paged_lab.i18n\n\n"
+    f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
 )
 CHECK_CELL_ID = "zh-tw-check"
 CHECK_CELL = (
     "# 翻譯檢查（由 scripts/build_zh.py 加上）：這本筆記本顯示過的英文字串（圖表、小測驗、詞彙表）\n"
-    "# 在 paged_lab/classroom/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
-    "paged_lab.classroom.i18n.assert_translated()"
+    "# 在 paged_lab/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
+    "paged_lab.i18n.assert_translated()"
 )
 
 
@@ -179,7 +181,7 @@ def localize_markdown(text: str, twins: set[str]) -> str:
 
 
 def with_zh_badges(text: str, english_name: str) -> str:
-    return sync_badges.with_badges(text, english_name, want=f"{zh_badges(english_name)} · [English](../{english_name})")
+    return notebook_kit.with_badges(text, english_name, want=f"{zh_badges(english_name)} · [English](../{english_name})")
 
 
 def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
@@ -201,12 +203,12 @@ def series_table(rows: list[tuple[Path, dict | None]]) -> str:
     """The index's table: (English notebook, its zh-TW twin or None) per notebook."""
     out = ["| # | 筆記本 | 你會學到 | CPU | GPU | 開啟 |", "|---|--------|----------|-----|-----|------|"]
     for path, zh_nb in rows:
-        name, entry = path.name, sync_badges.describe(path)
+        name, entry = path.name, notebook_kit.describe(path)
         cpu, gpu = i18n.t(entry.cpu, LANG), i18n.t(entry.gpu, LANG)
         if zh_nb is None:  # not translated yet: the English notebook
             goals = "<br>".join(f"• {g.replace('|', '/')}" for g in entry.goals) or "—"
             out.append(f"| {entry.number} | [{entry.title}]({name})（英文） | {goals} | {cpu} | {gpu} | "
-                       f"{sync_badges.badges_for(entry)} |")
+                       f"{notebook_kit.badges_for(entry)} |")
             continue
         title, goals = describe_zh(zh_nb, name)
         cell = "<br>".join(f"• {g.replace('|', '/')}" for g in goals) or "—"
@@ -269,7 +271,7 @@ def _template(node: ast.AST) -> str | None:
 
 
 QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.classroom.quiz: what holds a quiz's texts
-QUIZ_MODULES = ROOT / "paged_lab" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
+QUIZ_MODULES = ROOT / "paged_lab" / "classroom" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
 
 
 _WORD = re.compile(r"[A-Za-z]{3,}")  # a quiz text with one English word in it is shown in Chinese too
@@ -363,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale, missing or out of date")
     mode.add_argument("--stale", action="store_true", help="list stale and missing cells with their English text")
-    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/classroom/locale/zh-TW.json lacks")
+    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/locale/zh-TW.json lacks")
     args = parser.parse_args(argv)
     if args.strings:
         missing = untranslated_strings()

@@ -13,8 +13,8 @@ It rewrites
 - the zh-TW edition, ``notebooks/zh-TW/`` (badges, links and the zh-TW index included), through
   ``scripts/build_zh.py``, which generates it from the English notebooks and their translations.
 
-Where a notebook runs: "everything" on CPU unless some code cell checks ``torch.cuda.is_available()``;
-a notebook can say it in words with ``metadata["paged_lab"] = {"cpu": "...", "gpu": "..."}``.
+What it reads from a notebook (its badge line, title, goals, where it runs) is ``scripts/notebook_kit.py``'s,
+shared with build_zh.py.
 """
 
 from __future__ import annotations
@@ -24,21 +24,27 @@ import copy
 import hashlib
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from paged_lab import _project  # noqa: E402
-from paged_lab.kv_math import cdiv  # noqa: E402
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+from notebook_kit import (  # noqa: E402  (what both this script and build_zh.py read from a notebook)
+    NOTEBOOKS,
+    READING_WPM,
+    Entry,
+    badges_for,
+    describe,
+    series,
+    with_badges,
+)
 
-NOTEBOOKS = ROOT / "notebooks"
+from paged_lab import _project  # noqa: E402
+
 README = ROOT / "README.md"
 INDEX = NOTEBOOKS / "00_index.ipynb"
 TABLE_START, TABLE_END = "<!-- series-table:start -->", "<!-- series-table:end -->"
-BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
 
 SETUP_CELL = '''#@title Setup: run me first (installs paged_lab on Colab only; elsewhere it only imports it)
 # Works locally, on Binder and on Colab. Collapsed, so that the notebook opens on its introduction.
@@ -74,23 +80,7 @@ def with_collapsed_setup(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def series(folder: Path = NOTEBOOKS) -> list[Path]:
-    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if p.is_file())
-
-
 # ---------------------------------------------------------------- badges
-
-
-def with_badges(markdown: str, name: str, want: str | None = None) -> str:
-    """``markdown`` (a first cell) with its badge line set to ``want`` (default ``badges_markdown(name)``;
-    the zh-TW twins pass their own)."""
-    want = _project.badges_markdown(name) if want is None else want
-    lines = markdown.split("\n")
-    hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
-    if hits:
-        lines[hits[-1]] = want
-        return "\n".join(lines)
-    return markdown.rstrip("\n") + "\n\n" + want
 
 
 def readme_badge(text: str) -> str:
@@ -130,67 +120,14 @@ def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str], titles: dic
 
 # ---------------------------------------------------------------- the series table
 
-
-@dataclass
-class Entry:
-    name: str  # file name
-    number: str  # "01"
-    title: str
-    goals: list[str]
-    cpu: str
-    gpu: str
-    read_min: int = 0  # minutes to read its prose at READING_WPM (playgrounds and code not counted)
-    exercises: list[str] = field(default_factory=list)  # functions its "Do it yourself" checks grade
-
-
-READING_WPM = 200  # words per minute for technical prose
 BUDGET_DOC = ROOT / "docs" / "notebooks.md"  # the measured wall time of each notebook (make budget)
-
-
-def reading_minutes(nb: nbformat.NotebookNode) -> int:
-    """Minutes to read a notebook's markdown at READING_WPM, rounded up to 5 (at least 5)."""
-    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
-    minutes = cdiv(words, READING_WPM)  # ceil
-    return max(5, cdiv(minutes, 5) * 5)
 
 
 def run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:
     """Each notebook's measured "Run All" wall time on a CPU, from docs/notebooks.md's budget table."""
-    rows = re.findall(r"^\| `(\d\d_\w+\.ipynb)` \| ([\d.]+) s \|", doc.read_text(), flags=re.M) if doc.exists() else []
+    text = doc.read_text() if doc.exists() else ""
+    rows = re.findall(r"^\| `(\d\d_\w+\.ipynb)` \| ([\d.]+) s \|", text, flags=re.M)
     return {name: float(seconds) for name, seconds in rows}
-
-
-def describe(path: Path) -> Entry:
-    """Title, learning goals and hardware needs of one notebook, read from the notebook itself."""
-    return describe_nb(nbformat.read(path, as_version=4), path.name)
-
-
-def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
-    first = nb.cells[0].source if nb.cells else ""
-    title_match = re.search(r"^#\s+(?:\d\d\s*·\s*)?(.+)$", first, flags=re.M)
-    title = title_match.group(1).strip() if title_match else Path(name).stem
-    goals, in_goals = [], False
-    for line in first.split("\n"):
-        if "you will learn" in line.lower():
-            in_goals = True
-        elif in_goals and line.lstrip().startswith(("- ", "* ")):
-            goals.append(line.lstrip()[2:].strip().rstrip(";.,"))
-        elif in_goals and goals and line.strip():
-            break
-    gpu_cells = sum("torch.cuda.is_available()" in c.source for c in nb.cells if c.cell_type == "code")
-    said = nb.metadata.get("paged_lab", {})
-    cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
-    gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
-    checks = [c.source for c in nb.cells if "grade" in c.get("metadata", {}).get("tags", [])]
-    exercises = [m.group(1) for src in checks for m in [re.search(r"\bcheck\((\w+)", src)] if m]
-    return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb), exercises)
-
-
-def badges_for(entry: Entry) -> str:
-    return (
-        f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url(entry.name)}) "
-        f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({_project.colab_url(entry.name)})"
-    )
 
 
 def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False) -> str:
@@ -356,7 +293,6 @@ def planned() -> dict[Path, str]:
         entries.append(describe(path))
     out[INDEX] = nbformat.writes(index_notebook(entries)) + "\n"
     out[README] = readme_with_table(readme_badge(README.read_text()), entries)
-    sys.path.insert(0, str(ROOT / "scripts"))
     import build_zh  # the zh-TW twins, generated from the English notebooks as they are on disk
 
     out.update(build_zh.planned())

@@ -15,7 +15,7 @@ import pytest
 from scriptkit import load_script
 
 from paged_lab.classroom import exercises
-from paged_lab.classroom.exercises import EXERCISES, check, solution
+from paged_lab.classroom.exercises import EXERCISES, check, grader, nb04, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00"))
@@ -83,11 +83,11 @@ def test_feedback_has_one_hint_plurals_and_wraps_at_word_boundaries():
     assert "right on 3 fixed cases and 1 generated one;" in ok.text
     one = exercises.EXERCISES["cached_prefix"]
     assert len(one.cases) == 1
-    right = check(lambda cached, token_ids, block_size: exercises._expect_cached_prefix(cached, token_ids, block_size),
+    right = check(lambda cached, token_ids, block_size: nb04._expect_cached_prefix(cached, token_ids, block_size),
                   exercise="cached_prefix")
     assert "right on 1 fixed case and 25 generated ones;" in right.text
     printed = str(check(blocks_needed))
-    assert all(len(line) <= exercises.WRAP for line in printed.split("\n"))
+    assert all(len(line) <= grader.WRAP for line in printed.split("\n"))
     words = set(text.split())
     assert all(word in words for line in printed.split("\n") for word in line.split())  # no word cut in two
     assert "word-break:normal" in check(blocks_needed)._repr_html_()
@@ -146,7 +146,7 @@ def test_html_and_text_renderings():
 
     result = check(blocks_needed)
     html = result._repr_html_()
-    assert exercises.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
+    assert grader.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
     assert repr(result) == "Result('blocks_needed', passed=False)"
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
 from paged_lab.viz import tables
 
 

@@ -5,7 +5,7 @@
 - the staleness check works: change an English markdown cell in a copy and it names that cell;
 - every quiz text of the series and every glossary term has a translation (the zh-TW notebooks' last cell
   checks the rest of what they show: figure titles, axis labels, readouts);
-- ``paged_lab.classroom.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
+- ``paged_lab.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 import pytest
 from scriptkit import load_script
 
-from paged_lab.classroom import glossary, i18n
+from paged_lab import i18n
+from paged_lab.classroom import glossary
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 from paged_lab.kv_math import plan_capacity
 
@@ -70,7 +71,7 @@ def test_a_zh_tw_notebook_has_the_english_code_and_cell_ids(path):
         else:
             assert zh_src != en_src, f"{path.name} {en['id']} is not translated"
     code = ["".join(c["source"]) for c in zh_cells if c["cell_type"] == "code"]
-    assert sum('paged_lab.classroom.i18n.use("zh-TW")' in src for src in code) == 1
+    assert sum('paged_lab.i18n.use("zh-TW")' in src for src in code) == 1
     first = "".join(zh_cells[0]["source"])
     assert build_zh.zh_badges(path.name) in first and f"](../{path.name})" in first  # badges + English link
 
@@ -170,7 +171,7 @@ def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
 
 def test_every_quiz_text_of_the_series_has_a_translation():
     missing = build_zh.untranslated_strings()
-    assert not missing, "add to paged_lab/classroom/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
+    assert not missing, "add to paged_lab/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
         f"{name}: {text}" for name, text in missing)
 
 
@@ -185,7 +186,7 @@ def test_quiz_strings_are_read_from_the_cells_as_templates():
 def test_every_glossary_term_is_translated_from_its_current_meaning():
     entries = i18n.catalogue("zh-TW")["glossary"]
     problems = [t.name for t in glossary.TERMS if t.name not in entries or entries[t.name].get("en") != t.meaning]
-    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/classroom/locale/zh-TW.json"
+    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/locale/zh-TW.json"
     assert not set(entries) - {t.name for t in glossary.TERMS}, "translations of terms the glossary dropped"
 
 
@@ -259,7 +260,7 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
     assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
     assert "答案" in text and "其他選項" in text and "請以數字作答" in text and "Why does" not in text
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
-    shown = i18n.quiz(quiz)
+    shown = quiz.shown()
     right, wrong = shown[0].pick(0), shown[0].pick(1)
     assert right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V") and "所有請求一起讀" in right.text
     assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 層）；上下文變長，"
@@ -291,7 +292,7 @@ def test_a_glossary_table_shows_both_languages(zh):
 
 
 def test_importing_i18n_loads_neither_torch_nor_plotly():
-    code = "import sys, paged_lab.classroom.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
+    code = "import sys, paged_lab.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
@@ -315,7 +316,7 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
     the solution's heading) is translated when shown; the call and the package's code stay as they are."""
     import re
 
-    from paged_lab.classroom import exercises as X
+    from paged_lab.classroom.exercises import grader as X
 
     def stub(*args):
         raise NotImplementedError(X.stub_message(name))
@@ -344,7 +345,7 @@ def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
     """The lines check() adds for a function stopped at its time limit and for an answer of the wrong type."""
     import re
 
-    from paged_lab.classroom import exercises as X
+    from paged_lab.classroom.exercises import grader as X
 
     ex = X.EXERCISES["admit"]
     texts = [X._timed_out(ex, ex.cases[0], 10.0, generated=g) for g in (False, True)]

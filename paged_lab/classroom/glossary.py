@@ -20,13 +20,14 @@ locker or page glossed as the wrong serving term; a test runs it over every note
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import html
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
+from paged_lab.viz.tables import Table
 
 
 @dataclass(frozen=True)
@@ -220,37 +221,24 @@ def knows(name: str) -> bool:
 
 
 HEADER = ("Story", "故事", "Serving name", "What it is")
+SEED_NOTE = "※ the seed story's own word"  # under the table, where a Chinese word carries ※
 
 
-class Table:
-    """Rows of the glossary, shown as a table in Jupyter (HTML) and as Markdown elsewhere."""
+def shown(term: Term) -> Term:
+    """``term`` as the learner reads it: its one-line meaning in their language (``paged_lab.i18n``;
+    the catalogue's ``"glossary"`` section, keyed by the serving name), the term itself in English."""
+    language = i18n.lang()
+    if language == "en":
+        return term
+    zh = i18n.catalogue(language).get("glossary", {}).get(term.name)
+    if not zh:
+        i18n.note_missing(f"glossary: {term.name}")
+        return term
+    return dataclasses.replace(term, meaning=zh["meaning"])
 
-    def __init__(self, terms: list[Term]):
-        self.terms = terms
 
-    @property
-    def names(self) -> list[str]:
-        return [t.name for t in self.terms]
-
-    def _repr_markdown_(self) -> str:
-        lines = ["| " + " | ".join(map(i18n.t, HEADER)) + " |", "|" + "---|" * len(HEADER)]
-        for t in self.terms:
-            cells = (t.story, t.story_zh + (" ※" if t.seed else ""), f"**{t.name}**", t.meaning)
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{i18n.t(h)}</th>" for h in HEADER)
-        rows = "".join(
-            f"<tr><td>{html.escape(t.story, quote=False)}</td><td>{html.escape(t.story_zh, quote=False)}{' ※' if t.seed else ''}</td>"
-            f"<td><b>{html.escape(t.name, quote=False)}</b></td><td style='text-align:left'>{html.escape(t.meaning, quote=False)}</td></tr>"
-            for t in self.terms
-        )
-        note = "<p style='font-size:85%;color:#555'>" + i18n.t("※ the seed story's own word") + "</p>"
-        return f"<table class='paged-lab-glossary'><tr>{head}</tr>{rows}</table>{note}"
-
-    def __str__(self) -> str:
-        return self._repr_markdown_()
+def _row(term: Term) -> tuple[str, str, str, str]:
+    return term.story, term.story_zh + (" ※" if term.seed else ""), term.name, term.meaning
 
 
 def table(names: Iterable[str]) -> Table:
@@ -265,7 +253,8 @@ def table(names: Iterable[str]) -> Table:
         if t.name in seen:
             raise ValueError(f"{n!r} repeats the term {t.name!r}")
         seen.add(t.name)
-    return Table([i18n.term(t) for t in terms])  # meanings in the learner's language (paged_lab.classroom.i18n)
+    rows = [_row(shown(t)) for t in terms]  # meanings in the learner's language
+    return Table(HEADER, rows, bold=(2,), prose=(3,), note=SEED_NOTE)
 
 
 def markdown() -> str:
@@ -273,7 +262,8 @@ def markdown() -> str:
     intro = __doc__.split("\n\n", 1)[1].split("A notebook shows")[0].strip()
     return (
         "# Glossary\n\n"
-        "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; do not edit. -->\n\n"
+        "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; "
+        "do not edit. -->\n\n"
         f"{intro}\n\n{table([t.name for t in TERMS])._repr_markdown_()}\n\n"
         "※ the seed story's own word; the other Chinese words are ours, in the seeds' style.\n"
     )
