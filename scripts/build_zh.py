@@ -136,7 +136,8 @@ def translation_problems(english: Path) -> list[Problem]:
     """Cells of ``english`` whose translation is stale or missing (and translations of no cell)."""
     nb, cat = read_nb(english), load_catalogue(english)
     if cat is None:
-        return [Problem("NO CATALOGUE", english.name, english=f"create {catalogue_path(english).relative_to(ROOT)}")]
+        create = f"create {catalogue_path(english).relative_to(ROOT)}"
+        return [Problem("NO CATALOGUE", english.name, english=create)]
     out, ids = [], set()
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":
@@ -163,7 +164,8 @@ def zh_name(english_name: str) -> str:
 def zh_badges(english_name: str) -> str:
     """The Binder/Colab badge line of the zh-TW twin of ``english_name``."""
     line = _project.badges_markdown(english_name)
-    return line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F").replace("/notebooks/", f"/notebooks/{LANG}/")
+    line = line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F")  # Binder's labpath
+    return line.replace("/notebooks/", f"/notebooks/{LANG}/")  # Colab's path
 
 
 def _retarget(target: str, twins: set[str]) -> str:
@@ -177,11 +179,15 @@ def _retarget(target: str, twins: set[str]) -> str:
 
 
 def localize_markdown(text: str, twins: set[str]) -> str:
-    return re.sub(r"(\]\()([^)\s]+)(\))", lambda m: m.group(1) + _retarget(m.group(2), twins) + m.group(3), text)
+    def link(m: re.Match) -> str:
+        return m.group(1) + _retarget(m.group(2), twins) + m.group(3)
+
+    return re.sub(r"(\]\()([^)\s]+)(\))", link, text)
 
 
 def with_zh_badges(text: str, english_name: str) -> str:
-    return notebook_kit.with_badges(text, english_name, want=f"{zh_badges(english_name)} · [English](../{english_name})")
+    want = f"{zh_badges(english_name)} · [English](../{english_name})"
+    return notebook_kit.with_badges(text, english_name, want=want)
 
 
 def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
@@ -229,7 +235,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             if entry.get("zh") and (english.name, cell["id"]) in NUMBERS_FROM_ENGLISH:
                 text = with_english_numbers(text, source, f"{english.name} cell {cell['id']}")
             if TABLE_PLACEHOLDER in text:
-                rows = [(p, (zh_series or {}).get(p.name)) for p in english_notebooks() if not p.name.startswith("00_")]
+                series = [p for p in english_notebooks() if not p.name.startswith("00_")]
+                rows = [(p, (zh_series or {}).get(p.name)) for p in series]
                 text = text.replace(TABLE_PLACEHOLDER, series_table(rows))
             text = localize_markdown(text, twins)
             if i == 0:
@@ -239,7 +246,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             cell["source"] = _lines(source.rstrip("\n") + SWITCH)
             switched = True
     if not switched:
-        raise ValueError(f"{english.name}: no setup cell (the code cell with `import paged_lab`) to switch the language in")
+        raise ValueError(f"{english.name}: no setup cell (the code cell with `import paged_lab`) "
+                         "to switch the language in")
     check = {"cell_type": "code", "execution_count": None, "id": CHECK_CELL_ID, "metadata": {}, "outputs": [],
              "source": _lines(CHECK_CELL)}
     nb["cells"].append(check)
@@ -270,7 +278,8 @@ def _template(node: ast.AST) -> str | None:
     return None
 
 
-QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.classroom.quiz: what holds a quiz's texts
+# paged_lab.classroom.quiz: the calls that hold a quiz's texts
+QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")
 QUIZ_MODULES = ROOT / "paged_lab" / "classroom" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
 
 
@@ -322,14 +331,16 @@ def quiz_strings(nb: dict) -> list[str]:
 
 def quiz_module_strings() -> dict[str, list[str]]:
     """The quiz texts of every module in ``paged_lab/classroom/quizzes/``, by module file."""
-    return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in sorted(QUIZ_MODULES.glob("*.py"))}
+    modules = sorted(QUIZ_MODULES.glob("*.py"))
+    return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in modules}
 
 
 def untranslated_strings() -> list[tuple[str, str]]:
     """(notebook or quiz module, quiz text) for every quiz text of the series that the catalogue lacks."""
     strings = i18n.catalogue(LANG)["strings"]
     found = [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p))]
-    found += [(f"paged_lab/classroom/quizzes/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
+    where = QUIZ_MODULES.relative_to(ROOT).as_posix()
+    found += [(f"{where}/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
     return [(where, s) for where, s in found if s not in strings]
 
 
@@ -353,19 +364,24 @@ def problems() -> list[Problem]:
     plan = planned()
     for path, text in plan.items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            found.append(Problem("OUT OF DATE", str(path.relative_to(ROOT)), english="run python scripts/build_zh.py"))
+            found.append(Problem("OUT OF DATE", str(path.relative_to(ROOT)),
+                                 english="run python scripts/build_zh.py"))
     for path in sorted(OUT.glob("*.ipynb")):
         if path not in plan:
-            found.append(Problem("ORPHAN", str(path.relative_to(ROOT)), english="no English notebook or catalogue"))
+            found.append(Problem("ORPHAN", str(path.relative_to(ROOT)),
+                                 english="no English notebook or catalogue"))
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale, missing or out of date")
-    mode.add_argument("--stale", action="store_true", help="list stale and missing cells with their English text")
-    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/locale/zh-TW.json lacks")
+    mode.add_argument("--check", action="store_true",
+                      help="change nothing; exit 1 if anything is stale, missing or out of date")
+    mode.add_argument("--stale", action="store_true",
+                      help="list stale and missing cells with their English text")
+    mode.add_argument("--strings", action="store_true",
+                      help="list quiz texts paged_lab/locale/zh-TW.json lacks")
     args = parser.parse_args(argv)
     if args.strings:
         missing = untranslated_strings()

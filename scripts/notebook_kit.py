@@ -101,7 +101,6 @@ def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
 
 
 def badges_for(entry: Entry) -> str:
-    return (
-        f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url(entry.name)}) "
-        f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({_project.colab_url(entry.name)})"
-    )
+    binder, colab = _project.binder_url(entry.name), _project.colab_url(entry.name)
+    return (f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder}) "
+            f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab})")

@@ -85,7 +85,8 @@ def with_collapsed_setup(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def readme_badge(text: str) -> str:
     line = f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url()})"
-    return re.sub(r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$", line, text, count=1, flags=re.M)
+    badge = r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$"
+    return re.sub(badge, line, text, count=1, flags=re.M)
 
 
 # ---------------------------------------------------------------- "Next →" at the end of each notebook
@@ -101,11 +102,14 @@ def nav_cell_id(name: str) -> str:
 def nav_markdown(name: str, names: list[str], titles: dict[str, str]) -> str:
     """The closing cell: a link to the next notebook of the series (if any) and back to the index."""
     later = [n for n in names if n > name and n != INDEX.name]
-    nxt = f"**Next →** [{later[0][:2]} · {titles[later[0]]}]({later[0]})" if later else "**The end of the series.**"
+    nxt = "**The end of the series.**"
+    if later:
+        nxt = f"**Next →** [{later[0][:2]} · {titles[later[0]]}]({later[0]})"
     return f"---\n\n{nxt} &nbsp;·&nbsp; [{NAV_MARK}]({INDEX.name})"
 
 
-def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str], titles: dict[str, str]) -> nbformat.NotebookNode:
+def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str],
+             titles: dict[str, str]) -> nbformat.NotebookNode:
     """``nb`` ending with its navigation cell (replaced in place when there is one, appended otherwise)."""
     text = nav_markdown(name, names, titles)
     last = nb.cells[-1] if nb.cells else None
@@ -141,7 +145,8 @@ def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False
         rows = [rows[0] + " Do it yourself |", rows[1] + "----------------|"]
     for e in entries:
         goals = "<br>".join(f"• {g.replace('|', '/')}" for g in e.goals) or "—"
-        row = f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
+        link = f"[{e.title}]({link_prefix}{e.name})"
+        row = f"| {e.number} | {link} | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
         if exercises:
             row += " " + ("<br>".join(f"`{x}`" for x in e.exercises) or "—") + " |"
         rows.append(row)
@@ -160,24 +165,31 @@ def readme_with_table(text: str, entries: list[Entry]) -> str:
 
 EXERCISES_NOTE = (
     "## The complete series or the exercises?\n\n"
-    "Every notebook from 01 on has a **Do it yourself** section before its summary: graded exercises, each a\n"
-    "function you write and a cell that grades it against the package's own code (the smallest input it gets\n"
+    "Every notebook from 01 on has a **Do it yourself** section before its summary: "
+    "graded exercises, each a\n"
+    "function you write and a cell that grades it against the package's own code "
+    "(the smallest input it gets\n"
     "wrong, the expected value and yours, and a hint; never the solution unless you ask).\n\n"
-    "- **Reading, or running it for the first time**: open the notebooks in this folder. Their exercises are\n"
+    "- **Reading, or running it for the first time**: open the notebooks in this "
+    "folder. Their exercises are\n"
     "  solved, so every cell runs top to bottom and you can read the solutions after trying.\n"
     "- **Writing the code yourself**: open the same notebook in `exercises/` (`make exercises` writes that\n"
     "  folder and `make lab` does it for you). There every solution is a stub that raises\n"
     "  `NotImplementedError`; fill it in and run the check cell under it until it says ✓.\n"
-    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On Colab**, open the complete\n"
+    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On "
+    "Colab**, open the complete\n"
     "  notebook and rewrite a solution cell in place: the check cell under it still grades it."
 )
 
 
 # Suggested paths through the series: (name, notebook numbers, who it is for).
 PATHS = (
-    ("The whole series", "01 02 03 04 05 06 07", "you want the full story, from one token's bytes to a paged engine"),
-    ("Just the memory ideas", "01 02 03 04 05", "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
-    ("Kernels and engine", "06 07", "you know what a block table is (skim 03's summary) and want the kernel and the engine"),
+    ("The whole series", "01 02 03 04 05 06 07",
+     "you want the full story, from one token's bytes to a paged engine"),
+    ("Just the memory ideas", "01 02 03 04 05",
+     "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
+    ("Kernels and engine", "06 07",
+     "you know what a block table is (skim 03's summary) and want the kernel and the engine"),
 )
 
 
@@ -189,21 +201,26 @@ NEEDS = {"01": "what attention is", "02": "01", "03": "02", "04": "03", "05": "0
 def paths_markdown(entries: list[Entry]) -> str:
     """Time per notebook, what to know before starting, and two or three paths through the series."""
     measured = run_seconds()
-    rows = ["| # | Notebook | Read | Run on a CPU | Needs first |", "|---|----------|-----:|-------------:|-------------|"]
+    rows = ["| # | Notebook | Read | Run on a CPU | Needs first |",
+            "|---|----------|-----:|-------------:|-------------|"]
     for e in entries:
         run = f"{measured[e.name]:.0f} s" if e.name in measured else "—"
         before = NEEDS.get(e.number, "the notebook before")
         rows.append(f"| {e.number} | [{e.title}]({e.name}) | ~{e.read_min} min | {run} | {before} |")
     minutes = {e.number: e.read_min for e in entries}
-    paths = "\n".join(
-        f"- **{name}** ({' → '.join(nums.split())}, about {sum(minutes.get(n, 0) for n in nums.split())} min of reading): {why}."
-        for name, nums, why in PATHS
-    )
+    lines = []
+    for name, nums, why in PATHS:
+        reading = sum(minutes.get(n, 0) for n in nums.split())
+        lines.append(f"- **{name}** ({' → '.join(nums.split())}, about {reading} min of reading): {why}.")
+    paths = "\n".join(lines)
     return (
         "## Before you start: time, prerequisites and paths\n\n"
-        "You need to know **what attention is** (queries, keys and values; a softmax over the tokens so far).\n"
-        "What a **KV cache** is comes first in 01; everything after builds on it. Read times count the prose at\n"
-        f"{READING_WPM} words a minute (add time for the playgrounds); run times are one \"Run All\" on a laptop CPU\n"
+        "You need to know **what attention is** (queries, keys and values; a softmax "
+        "over the tokens so far).\n"
+        "What a **KV cache** is comes first in 01; everything after builds on it. Read "
+        "times count the prose at\n"
+        f"{READING_WPM} words a minute (add time for the playgrounds); run times are one "
+        "\"Run All\" on a laptop CPU\n"
         "(`make budget`, docs/notebooks.md).\n\n" + "\n".join(rows) + "\n\n**Suggested paths**\n\n" + paths
     )
 
@@ -212,7 +229,8 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     v4 = nbformat.v4
     intro = (
         "# 00 · Index: the paged-lab series\n\n"
-        "An LLM server is a train station with a fixed wall of lockers (GPU memory) and a queue of travellers\n"
+        "An LLM server is a train station with a fixed wall of lockers (GPU memory) "
+        "and a queue of travellers\n"
         "(requests) whose luggage (the KV cache) grows while they are served. These notebooks follow that\n"
         "station from the size of one bag to a paged engine running a real model. Each notebook runs on its\n"
         "own, top to bottom, on a laptop CPU, on Binder or in Colab; this page says what each one teaches\n"
@@ -224,13 +242,15 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     )
     table = (
         "## The notebooks\n\n"
-        "Read them in order: each one uses the vocabulary of the ones before it.\n\n" + series_table(entries, "")
+        "Read them in order: each one uses the vocabulary of the ones before it.\n\n"
+        + series_table(entries, "")
     )
     where = (
         "## Where it runs\n\n"
         "Every notebook runs top to bottom on a CPU in a few minutes at most, within Binder's 2 GB of RAM.\n"
         "Cells that only make sense on a GPU (compiled Triton kernels, timings) check\n"
-        "`torch.cuda.is_available()` and print a skip message on a CPU; on Colab, pick a GPU runtime to run them.\n"
+        "`torch.cuda.is_available()` and print a skip message on a CPU; on Colab, pick a "
+        "GPU runtime to run them.\n"
         "The cell below says what this session has."
     )
     device = (
@@ -241,13 +261,15 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         f"SERIES = {[e.name for e in entries]!r}\n"
         'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))'
     )
-    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to keep the '
-                    'reading path clear)\nassert DEVICE in ("cpu", "cuda")')
+    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to '
+                    'keep the reading path clear)\nassert DEVICE in ("cpu", "cuda")')
     how = (
         "## How to use the series\n\n"
-        "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs every notebook as a test.\n"
+        "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs "
+        "every notebook as a test.\n"
         "- **Binder**: the badge opens the notebook in a CPU session, nothing to install.\n"
-        "- **Colab**: the badge opens it in Colab; the setup cell installs `paged_lab` there and nowhere else.\n"
+        "- **Colab**: the badge opens it in Colab; the setup cell installs `paged_lab` "
+        "there and nowhere else.\n"
         "  Plotly's FigureWidget is unreliable in Colab, so the playgrounds re-draw a plain figure instead.\n"
         "- **Without a kernel**: `make html` writes the executed series as static pages to `site/`."
     )
@@ -265,7 +287,8 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
                                                                   "tags": ["check"]})),
         ("index-5", v4.new_markdown_cell(how)),
     ]
-    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))  # added later: its own id, theirs unchanged
+    # added later than the others: its own id, so theirs stay as they were
+    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))
     nb.cells = [cell for _, cell in cells]
     for cell_id, cell in cells:
         cell["id"] = cell_id
@@ -315,7 +338,8 @@ def out_of_date() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if anything is out of date")
     args = parser.parse_args(argv)
     stale = out_of_date()
     if args.check:

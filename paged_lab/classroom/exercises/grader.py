@@ -53,8 +53,10 @@ class Result:
         # pre-wrap keeps the lines; word-break:normal undoes JupyterLab's break-all (which cut words in two)
         body = (f"<pre style='white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:4px 0'>"
                 f"{html.escape(rest)}</pre>" if rest else "")
-        sol = (f"<details open><summary>{i18n.t('Solution')}</summary><pre>{html.escape(_shown_solution(self.solution))}"
-               "</pre></details>" if self.solution else "")
+        sol = ""
+        if self.solution:
+            sol = (f"<details open><summary>{i18n.t('Solution')}</summary>"
+                   f"<pre>{html.escape(_shown_solution(self.solution))}</pre></details>")
         return (f'<div class="{CHECK_CLASS}" data-passed="{str(self.passed).lower()}" '
                 f'style="border-left:4px solid {color};padding:4px 8px">'
                 f'<b style="color:{color}">{html.escape(head)}</b>{body}{sol}</div>')
@@ -63,7 +65,8 @@ class Result:
         return f"Result({self.exercise!r}, passed={self.passed})"
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain: the feedback itself
-        p.text(_wrapped(_shown(self.text)) + (f"\n\n{_shown_solution(self.solution)}" if self.solution else ""))
+        solution = f"\n\n{_shown_solution(self.solution)}" if self.solution else ""
+        p.text(_wrapped(_shown(self.text)) + solution)
 
 
 def stub_message(name: str) -> str:
@@ -83,7 +86,8 @@ def _wrapped(text: str, width: int = WRAP) -> str:
     for line in text.split("\n"):
         body = line.lstrip()
         indent = line[:len(line) - len(body)]
-        out.append(textwrap.fill(body, width, initial_indent=indent, subsequent_indent=indent + ("    " if indent else "  "),
+        deeper = indent + ("    " if indent else "  ")
+        out.append(textwrap.fill(body, width, initial_indent=indent, subsequent_indent=deeper,
                                  break_long_words=False, break_on_hyphens=False) if body else line)
     return "\n".join(out)
 
@@ -129,7 +133,8 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
     SIGALRM from ``signal.setitimer``: Python runs its handler in the main thread between two
     bytecodes, so it stops a pure-Python endless loop; the timer and the previous handler are put back
     on the way out. Without SIGALRM (Windows) or outside the main thread, no limit."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if not seconds or not hasattr(signal, "setitimer") or not in_main_thread:
         yield
         return
 
@@ -199,7 +204,8 @@ def _compare(ex: Exercise, want, got) -> str | None:
         where, got_type, want_type = different
         if not where:
             return f"returned {ex.fmt(got)} (type {got_type}, but the answer is of type {want_type})"
-        return f"returned {ex.fmt(got)} (yours{where} is of type {got_type}, but the answer's is of type {want_type})"
+        return (f"returned {ex.fmt(got)} (yours{where} is of type {got_type}, "
+                f"but the answer's is of type {want_type})")
     try:
         if ex.same(want, got):
             return None
@@ -271,7 +277,8 @@ def _size(value) -> float:
     if isinstance(value, (list, tuple, set, frozenset)):
         return len(value) + sum(_size(v) for v in value)
     if is_dataclass(value):
-        return sum(_size(getattr(value, f.name)) for f in fields(value) if not isinstance(getattr(value, f.name), str))
+        values = (getattr(value, f.name) for f in fields(value))
+        return sum(_size(v) for v in values if not isinstance(v, str))
     if hasattr(value, "numel"):
         return value.numel()
     return 0.0
@@ -315,7 +322,8 @@ def check(fn: Callable, exercise: str | None = None, *, show_solution: bool = Fa
         raise ValueError(f"exercise must be one of {sorted(EXERCISES)}, got {name!r} "
                          "(name your function as the exercise does, or pass exercise=...)")
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise ValueError(f"time_limit must be a number of seconds above 0, or None for no limit; got {time_limit!r}")
+        raise ValueError("time_limit must be a number of seconds above 0, or None for no limit; "
+                         f"got {time_limit!r}")
     ex = EXERCISES[name]
     shown = solution(name) if show_solution else None
     if not callable(fn):
@@ -348,8 +356,9 @@ def check(fn: Callable, exercise: str | None = None, *, show_solution: bool = Fa
     if failing:
         args, why = min(failing, key=lambda f: _size(f[0]))
         return Result(name, False, _failure(ex, args, why), shown)
-    return Result(name, True, f"{PASS} {name}: right on {_plural(len(ex.cases), 'fixed case')} and "
-                              f"{_plural(max_examples, 'generated one')}; it answers as the package does.", shown)
+    text = (f"{PASS} {name}: right on {_plural(len(ex.cases), 'fixed case')} and "
+            f"{_plural(max_examples, 'generated one')}; it answers as the package does.")
+    return Result(name, True, text, shown)
 
 
 def solution(name: str) -> str:

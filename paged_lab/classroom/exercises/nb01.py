@@ -31,7 +31,8 @@ def _st_kv_bytes():
 def _st_max_batch():
     from hypothesis import strategies as st
 
-    return st.tuples(_st_spec(), st.integers(1, 200 * 2**30), st.integers(1, 32_768), st.sampled_from(_DTYPES))
+    gpu_memory_bytes, seq_len = st.integers(1, 200 * 2**30), st.integers(1, 32_768)
+    return st.tuples(_st_spec(), gpu_memory_bytes, seq_len, st.sampled_from(_DTYPES))
 
 
 def _expect_max_batch(spec, gpu_memory_bytes, seq_len, dtype):

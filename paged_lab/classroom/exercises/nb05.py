@@ -30,7 +30,8 @@ def _expect_admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):
 def _st_preempt():
     from hypothesis import strategies as st
 
-    return st.tuples(st.lists(st.integers(1, 12), min_size=1, max_size=5), st.integers(0, 2), st.integers(1, 4))
+    running = st.lists(st.integers(1, 12), min_size=1, max_size=5)  # tokens of each running sequence
+    return st.tuples(running, st.integers(0, 2), st.integers(1, 4))
 
 
 def _expect_preempt(running, free_blocks, block_size):

@@ -13,8 +13,11 @@ def _scheduled_chunks(chunks):
     order), each paired with its chunk."""
     from paged_lab.sched import ScheduledSeq, Sequence
 
-    return [(ScheduledSeq(Sequence(i, [0] * end, max_tokens=1), start, end, end - start > 1), (table, start, end))
-            for i, (table, start, end) in enumerate(chunks)]
+    out = []
+    for i, (table, start, end) in enumerate(chunks):
+        entry = ScheduledSeq(Sequence(i, [0] * end, max_tokens=1), start, end, end - start > 1)
+        out.append((entry, (table, start, end)))
+    return out
 
 
 def _batch_order(chunks):
