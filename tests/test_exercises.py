@@ -126,6 +126,17 @@ def test_every_solution_can_be_shown(name):
     assert solution(name).startswith("Solution: the package's own code")
 
 
+def test_the_tile_loop_solution_walks_the_table_as_its_hint_says():
+    """decode_scores' hint asks for one loop iteration per block of the table: the solution shown has
+    such a loop, whose body looks its block up in the table by the loop variable."""
+    tree = ast.parse(solution("decode_scores").split("\n\n", 1)[1])
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
+    assert "one loop iteration per block of the table" in EXERCISES["decode_scores"].hint
+    assert any(isinstance(sub, ast.Subscript) and getattr(sub.value, "id", "") == "block_table"
+               and getattr(sub.slice, "id", None) == loop.target.id
+               for loop in loops for sub in ast.walk(loop)), "no loop reads block_table[its variable]"
+
+
 def test_a_function_that_mutates_its_input_cannot_fool_the_grader():
     def append_token(block_table, num_tokens, free_blocks, block_size):
         block_table.append(free_blocks.pop(0))  # wrong when the last block is not full

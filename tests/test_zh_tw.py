@@ -313,6 +313,27 @@ def test_importing_i18n_loads_neither_torch_nor_plotly():
     assert res.stdout.strip() == "[]"
 
 
+def _imported(path: Path) -> set[str]:
+    """The modules a source file imports (module level and inside functions)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def test_the_translation_knows_none_of_its_users_and_viz_none_of_the_classroom():
+    package = ROOT / "paged_lab"
+    assert not [m for m in _imported(package / "i18n.py") if m.split(".")[0] == "paged_lab"]
+    for path in sorted((package / "viz").glob("*.py")):
+        used = [m for m in _imported(path) if m.startswith("paged_lab.classroom")]
+        assert not used, f"{path.name} imports {used}: viz draws for the classroom, never from it"
+
+
 def test_templates_split_where_the_catalogue_can_translate(zh):
     # a bracketed part is one part, though it holds the template's ", "
     assert (i18n.t("Round 1: luggage A-F = (10, 6, 12, 8, 11, 7), 54 in all")
