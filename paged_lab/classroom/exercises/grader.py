@@ -93,7 +93,7 @@ def _wrapped(text: str, width: int = WRAP) -> str:
 
 
 def _shown(text: str) -> str:
-    """The feedback in the learner's language (``paged_lab.classroom.i18n``), line by line; the Result itself
+    """The feedback in the learner's language (``paged_lab.i18n``), line by line; the Result itself
     stays English, so a notebook's ``assert result, result.text`` reads the same in every edition."""
     if i18n.lang() == "en":
         return text
