@@ -9,7 +9,7 @@ fixed cases, then on inputs that hypothesis generates; on a wrong answer hypothe
 to the smallest one that still fails. The expected answer always comes from the real implementation
 (``paged_lab.kv_math``, ``memory``, ``sched``, ``kernels.reference``, ``engine``), never from a copy.
 The solution is shown only when asked: ``check(fn, show_solution=True)`` or ``solution("slot_for")``
-print the package code that the answer is checked against.
+print the package code that does what the exercise asks (the reference solution).
 
 The result renders as coloured HTML in Jupyter and as plain text anywhere else (``print(result)``).
 A function that raises, such as the stub's ``NotImplementedError``, is reported in a sentence, not a

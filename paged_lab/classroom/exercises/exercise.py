@@ -1,9 +1,10 @@
 """One exercise, as a notebook's module declares it, and how its values are shown and compared.
 
 An ``Exercise`` names the function a learner writes and says where the right answer comes from:
-``expected`` asks the package's own code, ``real`` names the package code shown as the solution
-(on request only), ``cases`` are tried first and ``strategy`` builds the hypothesis inputs after
-them. ``nb01.py`` ... ``nb07.py`` each declare their notebook's exercises as a tuple ``EXERCISES``.
+``expected`` asks the package's own code, ``real`` names the package code that does what is asked,
+shown as the solution (on request only), ``cases`` are tried first and ``strategy`` builds the
+hypothesis inputs after them. ``nb01.py`` ... ``nb07.py`` each declare their notebook's exercises as
+a tuple ``EXERCISES``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Exercise:
     cases: tuple[tuple, ...]  # fixed arguments, tried first
     strategy: Callable[[], Any]  # builds a hypothesis strategy of argument tuples (lazily)
     hint: str
-    real: str  # "module:qualname" of the package code the answer comes from (shown only when asked)
+    real: str  # "module:qualname" of the package code that does what is asked (shown only when asked)
     same: Callable[[Any, Any], bool] = _equal  # whether the learner's answer is the expected one
     fmt: Callable[[Any], str] = repr  # how an argument or an answer is shown
 

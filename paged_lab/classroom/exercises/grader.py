@@ -362,7 +362,7 @@ def check(fn: Callable, exercise: str | None = None, *, show_solution: bool = Fa
 
 
 def solution(name: str) -> str:
-    """The package code ``name`` is checked against: the reference solution, on request only."""
+    """The package code that does what exercise ``name`` asks: the reference solution, on request only."""
     if name not in EXERCISES:
         raise ValueError(f"name must be one of {sorted(EXERCISES)}, got {name!r}")
     where = EXERCISES[name].real
