@@ -13,13 +13,16 @@ the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json
 
 ``en_sha`` is the English text the translation was made from: when the English cell changes, its sha
 no longer matches and ``--check`` names the cell (STALE). The generator also
-- adds the language switch to the setup cell (``paged_lab.classroom.i18n.use("zh-TW")``: figures, quizzes and
-  the glossary then show ``paged_lab/classroom/locale/zh-TW.json``'s words) and, last, a cell that fails when
+- adds the language switch to the setup cell (``paged_lab.i18n.use("zh-TW")``: figures, quizzes and
+  the glossary then show ``paged_lab/locale/zh-TW.json``'s words) and, last, a cell that fails when
   something the notebook showed had no translation;
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
 - fills ``{{series-table}}`` in the index's translation with the series table read from the zh-TW
   notebooks themselves (titles and "你會學到" bullets).
+
+What it reads from an English notebook (its badge line, its entry in the series table) is
+``scripts/notebook_kit.py``'s, shared with sync_badges.py; this script imports nothing of that one.
 """
 
 from __future__ import annotations
@@ -36,10 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-import sync_badges  # noqa: E402  (the English badges, series table and badge-line rule)
+import notebook_kit  # noqa: E402  (the badge-line rule and each English notebook's entry)
 
-from paged_lab import _project  # noqa: E402
-from paged_lab.classroom import i18n  # noqa: E402
+from paged_lab import _project, i18n  # noqa: E402
 
 LANG = "zh-TW"
 NOTEBOOKS = ROOT / "notebooks"
@@ -48,14 +50,14 @@ OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
 GOALS_HEADING = "你會學到"
 SWITCH = (
-    "\n\nimport paged_lab.classroom.i18n\n\n"
-    f'paged_lab.classroom.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
+    "\n\nimport paged_lab.i18n\n\n"
+    f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
 )
 CHECK_CELL_ID = "zh-tw-check"
 CHECK_CELL = (
     "# 翻譯檢查（由 scripts/build_zh.py 加上）：這本筆記本顯示過的英文字串（圖表、小測驗、詞彙表）\n"
-    "# 在 paged_lab/classroom/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
-    "paged_lab.classroom.i18n.assert_translated()"
+    "# 在 paged_lab/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
+    "paged_lab.i18n.assert_translated()"
 )
 
 
@@ -134,7 +136,8 @@ def translation_problems(english: Path) -> list[Problem]:
     """Cells of ``english`` whose translation is stale or missing (and translations of no cell)."""
     nb, cat = read_nb(english), load_catalogue(english)
     if cat is None:
-        return [Problem("NO CATALOGUE", english.name, english=f"create {catalogue_path(english).relative_to(ROOT)}")]
+        create = f"create {catalogue_path(english).relative_to(ROOT)}"
+        return [Problem("NO CATALOGUE", english.name, english=create)]
     out, ids = [], set()
     for cell in nb["cells"]:
         if cell["cell_type"] != "markdown":
@@ -161,7 +164,8 @@ def zh_name(english_name: str) -> str:
 def zh_badges(english_name: str) -> str:
     """The Binder/Colab badge line of the zh-TW twin of ``english_name``."""
     line = _project.badges_markdown(english_name)
-    return line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F").replace("/notebooks/", f"/notebooks/{LANG}/")
+    line = line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F")  # Binder's labpath
+    return line.replace("/notebooks/", f"/notebooks/{LANG}/")  # Colab's path
 
 
 def _retarget(target: str, twins: set[str]) -> str:
@@ -175,11 +179,15 @@ def _retarget(target: str, twins: set[str]) -> str:
 
 
 def localize_markdown(text: str, twins: set[str]) -> str:
-    return re.sub(r"(\]\()([^)\s]+)(\))", lambda m: m.group(1) + _retarget(m.group(2), twins) + m.group(3), text)
+    def link(m: re.Match) -> str:
+        return m.group(1) + _retarget(m.group(2), twins) + m.group(3)
+
+    return re.sub(r"(\]\()([^)\s]+)(\))", link, text)
 
 
 def with_zh_badges(text: str, english_name: str) -> str:
-    return sync_badges.with_badges(text, english_name, want=f"{zh_badges(english_name)} · [English](../{english_name})")
+    want = f"{zh_badges(english_name)} · [English](../{english_name})"
+    return notebook_kit.with_badges(text, english_name, want=want)
 
 
 def describe_zh(nb: dict, name: str) -> tuple[str, list[str]]:
@@ -201,12 +209,12 @@ def series_table(rows: list[tuple[Path, dict | None]]) -> str:
     """The index's table: (English notebook, its zh-TW twin or None) per notebook."""
     out = ["| # | 筆記本 | 你會學到 | CPU | GPU | 開啟 |", "|---|--------|----------|-----|-----|------|"]
     for path, zh_nb in rows:
-        name, entry = path.name, sync_badges.describe(path)
+        name, entry = path.name, notebook_kit.describe(path)
         cpu, gpu = i18n.t(entry.cpu, LANG), i18n.t(entry.gpu, LANG)
         if zh_nb is None:  # not translated yet: the English notebook
             goals = "<br>".join(f"• {g.replace('|', '/')}" for g in entry.goals) or "—"
             out.append(f"| {entry.number} | [{entry.title}]({name})（英文） | {goals} | {cpu} | {gpu} | "
-                       f"{sync_badges.badges_for(entry)} |")
+                       f"{notebook_kit.badges_for(entry)} |")
             continue
         title, goals = describe_zh(zh_nb, name)
         cell = "<br>".join(f"• {g.replace('|', '/')}" for g in goals) or "—"
@@ -227,7 +235,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             if entry.get("zh") and (english.name, cell["id"]) in NUMBERS_FROM_ENGLISH:
                 text = with_english_numbers(text, source, f"{english.name} cell {cell['id']}")
             if TABLE_PLACEHOLDER in text:
-                rows = [(p, (zh_series or {}).get(p.name)) for p in english_notebooks() if not p.name.startswith("00_")]
+                series = [p for p in english_notebooks() if not p.name.startswith("00_")]
+                rows = [(p, (zh_series or {}).get(p.name)) for p in series]
                 text = text.replace(TABLE_PLACEHOLDER, series_table(rows))
             text = localize_markdown(text, twins)
             if i == 0:
@@ -237,7 +246,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             cell["source"] = _lines(source.rstrip("\n") + SWITCH)
             switched = True
     if not switched:
-        raise ValueError(f"{english.name}: no setup cell (the code cell with `import paged_lab`) to switch the language in")
+        raise ValueError(f"{english.name}: no setup cell (the code cell with `import paged_lab`) "
+                         "to switch the language in")
     check = {"cell_type": "code", "execution_count": None, "id": CHECK_CELL_ID, "metadata": {}, "outputs": [],
              "source": _lines(CHECK_CELL)}
     nb["cells"].append(check)
@@ -268,7 +278,8 @@ def _template(node: ast.AST) -> str | None:
     return None
 
 
-QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")  # paged_lab.classroom.quiz: what holds a quiz's texts
+# paged_lab.classroom.quiz: the calls that hold a quiz's texts
+QUIZ_CALLS = ("Question", "NumberQuestion", "Choice", "Quiz")
 QUIZ_MODULES = ROOT / "paged_lab" / "classroom" / "quizzes"  # one module per notebook's quiz (nb01.py ...)
 
 
@@ -320,14 +331,16 @@ def quiz_strings(nb: dict) -> list[str]:
 
 def quiz_module_strings() -> dict[str, list[str]]:
     """The quiz texts of every module in ``paged_lab/classroom/quizzes/``, by module file."""
-    return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in sorted(QUIZ_MODULES.glob("*.py"))}
+    modules = sorted(QUIZ_MODULES.glob("*.py"))
+    return {p.name: source_quiz_strings(p.read_text(encoding="utf-8")) for p in modules}
 
 
 def untranslated_strings() -> list[tuple[str, str]]:
     """(notebook or quiz module, quiz text) for every quiz text of the series that the catalogue lacks."""
     strings = i18n.catalogue(LANG)["strings"]
     found = [(p.name, s) for p in english_notebooks() for s in quiz_strings(read_nb(p))]
-    found += [(f"paged_lab/classroom/quizzes/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
+    where = QUIZ_MODULES.relative_to(ROOT).as_posix()
+    found += [(f"{where}/{name}", s) for name, texts in quiz_module_strings().items() for s in texts]
     return [(where, s) for where, s in found if s not in strings]
 
 
@@ -351,19 +364,24 @@ def problems() -> list[Problem]:
     plan = planned()
     for path, text in plan.items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            found.append(Problem("OUT OF DATE", str(path.relative_to(ROOT)), english="run python scripts/build_zh.py"))
+            found.append(Problem("OUT OF DATE", str(path.relative_to(ROOT)),
+                                 english="run python scripts/build_zh.py"))
     for path in sorted(OUT.glob("*.ipynb")):
         if path not in plan:
-            found.append(Problem("ORPHAN", str(path.relative_to(ROOT)), english="no English notebook or catalogue"))
+            found.append(Problem("ORPHAN", str(path.relative_to(ROOT)),
+                                 english="no English notebook or catalogue"))
     return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is stale, missing or out of date")
-    mode.add_argument("--stale", action="store_true", help="list stale and missing cells with their English text")
-    mode.add_argument("--strings", action="store_true", help="list quiz texts paged_lab/classroom/locale/zh-TW.json lacks")
+    mode.add_argument("--check", action="store_true",
+                      help="change nothing; exit 1 if anything is stale, missing or out of date")
+    mode.add_argument("--stale", action="store_true",
+                      help="list stale and missing cells with their English text")
+    mode.add_argument("--strings", action="store_true",
+                      help="list quiz texts paged_lab/locale/zh-TW.json lacks")
     args = parser.parse_args(argv)
     if args.strings:
         missing = untranslated_strings()

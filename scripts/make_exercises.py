@@ -4,10 +4,11 @@
     python scripts/make_exercises.py --out DIR
 
 The committed notebooks carry the solutions of their "Do it yourself" exercises in code cells tagged
-``solution``, so CI runs them and the cells that call ``check`` (tagged ``grade``) assert that they pass. In the
-learner copy each function of a solution cell keeps its decorators, signature and docstring; its body
-becomes ``...`` and a short ``raise NotImplementedError("write f() here")`` (the check cell gives the hint). Check cells lose their
-``assert`` line, so a wrong answer shows the check's feedback instead of a traceback. Outputs are cleared.
+``solution``, so CI runs them and the cells that call ``check`` (tagged ``grade``) assert that they pass.
+In the learner copy each function of a solution cell keeps its decorators, signature and docstring; its
+body becomes ``...`` and a short ``raise NotImplementedError("write f() here")`` (the check cell gives
+the hint). Check cells lose their ``assert`` line, so a wrong answer shows the check's feedback instead
+of a traceback. Outputs are cleared.
 ``notebooks/exercises/`` is not committed (.gitignore) and pytest does not collect it (notebooks/conftest.py);
 a translation folder such as ``notebooks/zh-TW/`` gets its own ``exercises/`` the same way.
 """
@@ -39,8 +40,7 @@ def tags(cell) -> list[str]:
 
 
 def hint_for(name: str, exercise: str | None) -> str:
-    """The stub's message: where to write (the hint is the check's to give, once, under its verdict:
-    in the stub's ``raise`` line it ran off the right edge and was printed twice)."""
+    """The stub's message: where to write. The hint is the check's to give, once, under its verdict."""
     return stub_message(name)
 
 
@@ -101,7 +101,8 @@ def has_exercises(nb: nbformat.NotebookNode) -> bool:
 
 def folders() -> list[Path]:
     """notebooks/ and every translation beside the series (e.g. notebooks/zh-TW/) that holds notebooks."""
-    subs = [d for d in sorted(NOTEBOOKS.iterdir()) if d.is_dir() and d.name != OUT.name and any(d.glob("[0-9][0-9]_*.ipynb"))]
+    subs = [d for d in sorted(NOTEBOOKS.iterdir())
+            if d.is_dir() and d.name != OUT.name and any(d.glob("[0-9][0-9]_*.ipynb"))]
     return [NOTEBOOKS, *subs]
 
 

@@ -13,8 +13,8 @@ It rewrites
 - the zh-TW edition, ``notebooks/zh-TW/`` (badges, links and the zh-TW index included), through
   ``scripts/build_zh.py``, which generates it from the English notebooks and their translations.
 
-Where a notebook runs: "everything" on CPU unless some code cell checks ``torch.cuda.is_available()``;
-a notebook can say it in words with ``metadata["paged_lab"] = {"cpu": "...", "gpu": "..."}``.
+What it reads from a notebook (its badge line, title, goals, where it runs) is ``scripts/notebook_kit.py``'s,
+shared with build_zh.py.
 """
 
 from __future__ import annotations
@@ -24,21 +24,27 @@ import copy
 import hashlib
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from paged_lab import _project  # noqa: E402
-from paged_lab.kv_math import cdiv  # noqa: E402
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+from notebook_kit import (  # noqa: E402  (what both this script and build_zh.py read from a notebook)
+    NOTEBOOKS,
+    READING_WPM,
+    Entry,
+    badges_for,
+    describe,
+    series,
+    with_badges,
+)
 
-NOTEBOOKS = ROOT / "notebooks"
+from paged_lab import _project  # noqa: E402
+
 README = ROOT / "README.md"
 INDEX = NOTEBOOKS / "00_index.ipynb"
 TABLE_START, TABLE_END = "<!-- series-table:start -->", "<!-- series-table:end -->"
-BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
 
 SETUP_CELL = '''#@title Setup: run me first (installs paged_lab on Colab only; elsewhere it only imports it)
 # Works locally, on Binder and on Colab. Collapsed, so that the notebook opens on its introduction.
@@ -74,28 +80,13 @@ def with_collapsed_setup(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def series(folder: Path = NOTEBOOKS) -> list[Path]:
-    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb") if p.is_file())
-
-
 # ---------------------------------------------------------------- badges
-
-
-def with_badges(markdown: str, name: str, want: str | None = None) -> str:
-    """``markdown`` (a first cell) with its badge line set to ``want`` (default ``badges_markdown(name)``;
-    the zh-TW twins pass their own)."""
-    want = _project.badges_markdown(name) if want is None else want
-    lines = markdown.split("\n")
-    hits = [i for i, line in enumerate(lines) if any(h in line for h in BADGE_HINTS)]
-    if hits:
-        lines[hits[-1]] = want
-        return "\n".join(lines)
-    return markdown.rstrip("\n") + "\n\n" + want
 
 
 def readme_badge(text: str) -> str:
     line = f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url()})"
-    return re.sub(r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$", line, text, count=1, flags=re.M)
+    badge = r"^\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)]*\)$"
+    return re.sub(badge, line, text, count=1, flags=re.M)
 
 
 # ---------------------------------------------------------------- "Next →" at the end of each notebook
@@ -111,11 +102,14 @@ def nav_cell_id(name: str) -> str:
 def nav_markdown(name: str, names: list[str], titles: dict[str, str]) -> str:
     """The closing cell: a link to the next notebook of the series (if any) and back to the index."""
     later = [n for n in names if n > name and n != INDEX.name]
-    nxt = f"**Next →** [{later[0][:2]} · {titles[later[0]]}]({later[0]})" if later else "**The end of the series.**"
+    nxt = "**The end of the series.**"
+    if later:
+        nxt = f"**Next →** [{later[0][:2]} · {titles[later[0]]}]({later[0]})"
     return f"---\n\n{nxt} &nbsp;·&nbsp; [{NAV_MARK}]({INDEX.name})"
 
 
-def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str], titles: dict[str, str]) -> nbformat.NotebookNode:
+def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str],
+             titles: dict[str, str]) -> nbformat.NotebookNode:
     """``nb`` ending with its navigation cell (replaced in place when there is one, appended otherwise)."""
     text = nav_markdown(name, names, titles)
     last = nb.cells[-1] if nb.cells else None
@@ -130,67 +124,14 @@ def with_nav(nb: nbformat.NotebookNode, name: str, names: list[str], titles: dic
 
 # ---------------------------------------------------------------- the series table
 
-
-@dataclass
-class Entry:
-    name: str  # file name
-    number: str  # "01"
-    title: str
-    goals: list[str]
-    cpu: str
-    gpu: str
-    read_min: int = 0  # minutes to read its prose at READING_WPM (playgrounds and code not counted)
-    exercises: list[str] = field(default_factory=list)  # functions its "Do it yourself" checks grade
-
-
-READING_WPM = 200  # words per minute for technical prose
 BUDGET_DOC = ROOT / "docs" / "notebooks.md"  # the measured wall time of each notebook (make budget)
-
-
-def reading_minutes(nb: nbformat.NotebookNode) -> int:
-    """Minutes to read a notebook's markdown at READING_WPM, rounded up to 5 (at least 5)."""
-    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
-    minutes = cdiv(words, READING_WPM)  # ceil
-    return max(5, cdiv(minutes, 5) * 5)
 
 
 def run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:
     """Each notebook's measured "Run All" wall time on a CPU, from docs/notebooks.md's budget table."""
-    rows = re.findall(r"^\| `(\d\d_\w+\.ipynb)` \| ([\d.]+) s \|", doc.read_text(), flags=re.M) if doc.exists() else []
+    text = doc.read_text() if doc.exists() else ""
+    rows = re.findall(r"^\| `(\d\d_\w+\.ipynb)` \| ([\d.]+) s \|", text, flags=re.M)
     return {name: float(seconds) for name, seconds in rows}
-
-
-def describe(path: Path) -> Entry:
-    """Title, learning goals and hardware needs of one notebook, read from the notebook itself."""
-    return describe_nb(nbformat.read(path, as_version=4), path.name)
-
-
-def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
-    first = nb.cells[0].source if nb.cells else ""
-    title_match = re.search(r"^#\s+(?:\d\d\s*·\s*)?(.+)$", first, flags=re.M)
-    title = title_match.group(1).strip() if title_match else Path(name).stem
-    goals, in_goals = [], False
-    for line in first.split("\n"):
-        if "you will learn" in line.lower():
-            in_goals = True
-        elif in_goals and line.lstrip().startswith(("- ", "* ")):
-            goals.append(line.lstrip()[2:].strip().rstrip(";.,"))
-        elif in_goals and goals and line.strip():
-            break
-    gpu_cells = sum("torch.cuda.is_available()" in c.source for c in nb.cells if c.cell_type == "code")
-    said = nb.metadata.get("paged_lab", {})
-    cpu = said.get("cpu") or ("everything" if not gpu_cells else f"everything but {gpu_cells} GPU cell(s), which skip")
-    gpu = said.get("gpu") or ("not needed" if not gpu_cells else f"{gpu_cells} optional cell(s)")
-    checks = [c.source for c in nb.cells if "grade" in c.get("metadata", {}).get("tags", [])]
-    exercises = [m.group(1) for src in checks for m in [re.search(r"\bcheck\((\w+)", src)] if m]
-    return Entry(name, name[:2], title, goals, cpu, gpu, reading_minutes(nb), exercises)
-
-
-def badges_for(entry: Entry) -> str:
-    return (
-        f"[![Binder](https://mybinder.org/badge_logo.svg)]({_project.binder_url(entry.name)}) "
-        f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({_project.colab_url(entry.name)})"
-    )
 
 
 def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False) -> str:
@@ -204,7 +145,8 @@ def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False
         rows = [rows[0] + " Do it yourself |", rows[1] + "----------------|"]
     for e in entries:
         goals = "<br>".join(f"• {g.replace('|', '/')}" for g in e.goals) or "—"
-        row = f"| {e.number} | [{e.title}]({link_prefix}{e.name}) | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
+        link = f"[{e.title}]({link_prefix}{e.name})"
+        row = f"| {e.number} | {link} | {goals} | {e.cpu} | {e.gpu} | {badges_for(e)} |"
         if exercises:
             row += " " + ("<br>".join(f"`{x}`" for x in e.exercises) or "—") + " |"
         rows.append(row)
@@ -223,24 +165,31 @@ def readme_with_table(text: str, entries: list[Entry]) -> str:
 
 EXERCISES_NOTE = (
     "## The complete series or the exercises?\n\n"
-    "Every notebook from 01 on has a **Do it yourself** section before its summary: graded exercises, each a\n"
-    "function you write and a cell that grades it against the package's own code (the smallest input it gets\n"
+    "Every notebook from 01 on has a **Do it yourself** section before its summary: "
+    "graded exercises, each a\n"
+    "function you write and a cell that grades it against the package's own code "
+    "(the smallest input it gets\n"
     "wrong, the expected value and yours, and a hint; never the solution unless you ask).\n\n"
-    "- **Reading, or running it for the first time**: open the notebooks in this folder. Their exercises are\n"
+    "- **Reading, or running it for the first time**: open the notebooks in this "
+    "folder. Their exercises are\n"
     "  solved, so every cell runs top to bottom and you can read the solutions after trying.\n"
     "- **Writing the code yourself**: open the same notebook in `exercises/` (`make exercises` writes that\n"
     "  folder and `make lab` does it for you). There every solution is a stub that raises\n"
     "  `NotImplementedError`; fill it in and run the check cell under it until it says ✓.\n"
-    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On Colab**, open the complete\n"
+    "- **On Binder**, run `python scripts/make_exercises.py` in a terminal first. **On "
+    "Colab**, open the complete\n"
     "  notebook and rewrite a solution cell in place: the check cell under it still grades it."
 )
 
 
 # Suggested paths through the series: (name, notebook numbers, who it is for).
 PATHS = (
-    ("The whole series", "01 02 03 04 05 06 07", "you want the full story, from one token's bytes to a paged engine"),
-    ("Just the memory ideas", "01 02 03 04 05", "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
-    ("Kernels and engine", "06 07", "you know what a block table is (skim 03's summary) and want the kernel and the engine"),
+    ("The whole series", "01 02 03 04 05 06 07",
+     "you want the full story, from one token's bytes to a paged engine"),
+    ("Just the memory ideas", "01 02 03 04 05",
+     "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
+    ("Kernels and engine", "06 07",
+     "you know what a block table is (skim 03's summary) and want the kernel and the engine"),
 )
 
 
@@ -252,21 +201,26 @@ NEEDS = {"01": "what attention is", "02": "01", "03": "02", "04": "03", "05": "0
 def paths_markdown(entries: list[Entry]) -> str:
     """Time per notebook, what to know before starting, and two or three paths through the series."""
     measured = run_seconds()
-    rows = ["| # | Notebook | Read | Run on a CPU | Needs first |", "|---|----------|-----:|-------------:|-------------|"]
+    rows = ["| # | Notebook | Read | Run on a CPU | Needs first |",
+            "|---|----------|-----:|-------------:|-------------|"]
     for e in entries:
         run = f"{measured[e.name]:.0f} s" if e.name in measured else "—"
         before = NEEDS.get(e.number, "the notebook before")
         rows.append(f"| {e.number} | [{e.title}]({e.name}) | ~{e.read_min} min | {run} | {before} |")
     minutes = {e.number: e.read_min for e in entries}
-    paths = "\n".join(
-        f"- **{name}** ({' → '.join(nums.split())}, about {sum(minutes.get(n, 0) for n in nums.split())} min of reading): {why}."
-        for name, nums, why in PATHS
-    )
+    lines = []
+    for name, nums, why in PATHS:
+        reading = sum(minutes.get(n, 0) for n in nums.split())
+        lines.append(f"- **{name}** ({' → '.join(nums.split())}, about {reading} min of reading): {why}.")
+    paths = "\n".join(lines)
     return (
         "## Before you start: time, prerequisites and paths\n\n"
-        "You need to know **what attention is** (queries, keys and values; a softmax over the tokens so far).\n"
-        "What a **KV cache** is comes first in 01; everything after builds on it. Read times count the prose at\n"
-        f"{READING_WPM} words a minute (add time for the playgrounds); run times are one \"Run All\" on a laptop CPU\n"
+        "You need to know **what attention is** (queries, keys and values; a softmax "
+        "over the tokens so far).\n"
+        "What a **KV cache** is comes first in 01; everything after builds on it. Read "
+        "times count the prose at\n"
+        f"{READING_WPM} words a minute (add time for the playgrounds); run times are one "
+        "\"Run All\" on a laptop CPU\n"
         "(`make budget`, docs/notebooks.md).\n\n" + "\n".join(rows) + "\n\n**Suggested paths**\n\n" + paths
     )
 
@@ -275,7 +229,8 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     v4 = nbformat.v4
     intro = (
         "# 00 · Index: the paged-lab series\n\n"
-        "An LLM server is a train station with a fixed wall of lockers (GPU memory) and a queue of travellers\n"
+        "An LLM server is a train station with a fixed wall of lockers (GPU memory) "
+        "and a queue of travellers\n"
         "(requests) whose luggage (the KV cache) grows while they are served. These notebooks follow that\n"
         "station from the size of one bag to a paged engine running a real model. Each notebook runs on its\n"
         "own, top to bottom, on a laptop CPU, on Binder or in Colab; this page says what each one teaches\n"
@@ -287,13 +242,15 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     )
     table = (
         "## The notebooks\n\n"
-        "Read them in order: each one uses the vocabulary of the ones before it.\n\n" + series_table(entries, "")
+        "Read them in order: each one uses the vocabulary of the ones before it.\n\n"
+        + series_table(entries, "")
     )
     where = (
         "## Where it runs\n\n"
         "Every notebook runs top to bottom on a CPU in a few minutes at most, within Binder's 2 GB of RAM.\n"
         "Cells that only make sense on a GPU (compiled Triton kernels, timings) check\n"
-        "`torch.cuda.is_available()` and print a skip message on a CPU; on Colab, pick a GPU runtime to run them.\n"
+        "`torch.cuda.is_available()` and print a skip message on a CPU; on Colab, pick a "
+        "GPU runtime to run them.\n"
         "The cell below says what this session has."
     )
     device = (
@@ -304,13 +261,15 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         f"SERIES = {[e.name for e in entries]!r}\n"
         'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))'
     )
-    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to keep the '
-                    'reading path clear)\nassert DEVICE in ("cpu", "cuda")')
+    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to '
+                    'keep the reading path clear)\nassert DEVICE in ("cpu", "cuda")')
     how = (
         "## How to use the series\n\n"
-        "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs every notebook as a test.\n"
+        "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs "
+        "every notebook as a test.\n"
         "- **Binder**: the badge opens the notebook in a CPU session, nothing to install.\n"
-        "- **Colab**: the badge opens it in Colab; the setup cell installs `paged_lab` there and nowhere else.\n"
+        "- **Colab**: the badge opens it in Colab; the setup cell installs `paged_lab` "
+        "there and nowhere else.\n"
         "  Plotly's FigureWidget is unreliable in Colab, so the playgrounds re-draw a plain figure instead.\n"
         "- **Without a kernel**: `make html` writes the executed series as static pages to `site/`."
     )
@@ -328,7 +287,8 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
                                                                   "tags": ["check"]})),
         ("index-5", v4.new_markdown_cell(how)),
     ]
-    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))  # added later: its own id, theirs unchanged
+    # added later than the others: its own id, so theirs stay as they were
+    cells.append(("5e1f0d2a", v4.new_markdown_cell(EXERCISES_NOTE)))
     nb.cells = [cell for _, cell in cells]
     for cell_id, cell in cells:
         cell["id"] = cell_id
@@ -356,7 +316,6 @@ def planned() -> dict[Path, str]:
         entries.append(describe(path))
     out[INDEX] = nbformat.writes(index_notebook(entries)) + "\n"
     out[README] = readme_with_table(readme_badge(README.read_text()), entries)
-    sys.path.insert(0, str(ROOT / "scripts"))
     import build_zh  # the zh-TW twins, generated from the English notebooks as they are on disk
 
     out.update(build_zh.planned())
@@ -379,7 +338,8 @@ def out_of_date() -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if anything is out of date")
     args = parser.parse_args(argv)
     stale = out_of_date()
     if args.check:

@@ -1,4 +1,5 @@
-"""paged_lab.classroom.exercises (the check) and scripts/make_exercises.py (the learner copies, via `make exercises`)."""
+"""paged_lab.classroom.exercises (the check) and scripts/make_exercises.py (the learner copies, via
+`make exercises`)."""
 
 import ast
 import re
@@ -15,7 +16,7 @@ import pytest
 from scriptkit import load_script
 
 from paged_lab.classroom import exercises
-from paged_lab.classroom.exercises import EXERCISES, check, solution
+from paged_lab.classroom.exercises import EXERCISES, check, grader, nb04, solution
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00"))
@@ -56,7 +57,8 @@ def test_the_smallest_failing_input_is_shown_fixed_or_generated():
         return n_tokens // block_size
 
     text = check(blocks_needed).text
-    assert "blocks_needed(n_tokens=1, block_size=2)" in text and "expected: 1" in text and "yours:    0" in text
+    assert "blocks_needed(n_tokens=1, block_size=2)" in text
+    assert "expected: 1" in text and "yours:    0" in text
 
     def slot_for(pos, block_table, block_size):
         return block_table[pos // block_size] + pos % block_size  # forgot x block_size
@@ -78,16 +80,18 @@ def test_feedback_has_one_hint_plurals_and_wraps_at_word_boundaries():
         raise NotImplementedError(exercises.stub_message("blocks_needed"))
 
     text = check(blocks_needed).text
-    assert text.count("Hint:") == 1 and "write blocks_needed() here" not in text  # the stub's own words: not repeated
-    ok = check(lambda n_tokens, block_size: -(-n_tokens // block_size), exercise="blocks_needed", max_examples=1)
+    # one hint, and the stub's own words not repeated
+    assert text.count("Hint:") == 1 and "write blocks_needed() here" not in text
+    ok = check(lambda n_tokens, block_size: -(-n_tokens // block_size), exercise="blocks_needed",
+               max_examples=1)
     assert "right on 3 fixed cases and 1 generated one;" in ok.text
     one = exercises.EXERCISES["cached_prefix"]
     assert len(one.cases) == 1
-    right = check(lambda cached, token_ids, block_size: exercises._expect_cached_prefix(cached, token_ids, block_size),
-                  exercise="cached_prefix")
+    right = check(lambda cached, token_ids, block_size:
+                  nb04._expect_cached_prefix(cached, token_ids, block_size), exercise="cached_prefix")
     assert "right on 1 fixed case and 25 generated ones;" in right.text
     printed = str(check(blocks_needed))
-    assert all(len(line) <= exercises.WRAP for line in printed.split("\n"))
+    assert all(len(line) <= grader.WRAP for line in printed.split("\n"))
     words = set(text.split())
     assert all(word in words for line in printed.split("\n") for word in line.split())  # no word cut in two
     assert "word-break:normal" in check(blocks_needed)._repr_html_()
@@ -122,6 +126,17 @@ def test_every_solution_can_be_shown(name):
     assert solution(name).startswith("Solution: the package's own code")
 
 
+def test_the_tile_loop_solution_walks_the_table_as_its_hint_says():
+    """decode_scores' hint asks for one loop iteration per block of the table: the solution shown has
+    such a loop, whose body looks its block up in the table by the loop variable."""
+    tree = ast.parse(solution("decode_scores").split("\n\n", 1)[1])
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
+    assert "one loop iteration per block of the table" in EXERCISES["decode_scores"].hint
+    assert any(isinstance(sub, ast.Subscript) and getattr(sub.value, "id", "") == "block_table"
+               and getattr(sub.slice, "id", None) == loop.target.id
+               for loop in loops for sub in ast.walk(loop)), "no loop reads block_table[its variable]"
+
+
 def test_a_function_that_mutates_its_input_cannot_fool_the_grader():
     def append_token(block_table, num_tokens, free_blocks, block_size):
         block_table.append(free_blocks.pop(0))  # wrong when the last block is not full
@@ -146,13 +161,14 @@ def test_html_and_text_renderings():
 
     result = check(blocks_needed)
     html = result._repr_html_()
-    assert exercises.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
+    assert grader.CHECK_CLASS in html and 'data-passed="false"' in html and "&lt;b&gt;" in html
     assert repr(result) == "Result('blocks_needed', passed=False)"
 
 
 # ---------------------------------------------------------------- what the grader does not let through
 
-needs_setitimer = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit needs SIGALRM (POSIX)")
+needs_setitimer = pytest.mark.skipif(not hasattr(signal, "setitimer"),
+                                     reason="the time limit needs SIGALRM (POSIX)")
 
 
 @needs_setitimer
@@ -165,7 +181,8 @@ def test_a_function_that_never_returns_is_stopped_on_the_case_it_is_stuck_on():
 
     result = check(slot_for, time_limit=0.2)
     assert not result.passed
-    assert result.text.startswith("✗ slot_for: still running after 0.2 s, so the check stopped it. On a fixed case:")
+    assert result.text.startswith("✗ slot_for: still running after 0.2 s, so the check stopped it. "
+                                  "On a fixed case:")
     assert "  slot_for(pos=0, block_table=[7], block_size=4)\n" in result.text  # the case it was stuck on
     assert "give it more time: check(slot_for, time_limit=0.8)." in result.text and "Hint: " in result.text
 
@@ -209,7 +226,8 @@ def test_the_time_limit_stops_an_endless_loop_inside_a_jupyter_kernel(tmp_path):
         "from paged_lab.classroom.exercises import check\n\n"
         "def slot_for(pos, block_table, block_size):\n    while True:\n        pass\n\n"
         "print(check(slot_for, time_limit=0.5).text)"), nbformat.v4.new_code_cell("print(6 * 7)")]
-    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    resources = {"metadata": {"path": str(tmp_path)}}
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources=resources).execute()
     first, second = ("".join(o.get("text", "") for o in c.outputs) for c in nb.cells)
     assert first.startswith("✗ slot_for: still running after 0.5 s") and second == "42\n"
 
@@ -245,14 +263,17 @@ def test_a_subclass_that_redefines_equality_does_not_pass_either():
         def __eq__(self, other):
             return True
 
-    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):  # as many items as the answer, all wrong
+    # as many items as the answer, all wrong
+    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):
         right = EXERCISES["admit"].expected(prompt_lens, num_free_blocks, max_num_seqs, block_size)
         return [SlyInt(-1) for _ in right]
 
     result = check(admit)
-    assert not result.passed and "(yours[0] is of type SlyInt, but the answer's is of type int)" in result.text
+    assert not result.passed
+    assert "(yours[0] is of type SlyInt, but the answer's is of type int)" in result.text
 
-    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):  # noqa: F811 (the name is the exercise)
+    # noqa below: the name is the exercise's
+    def admit(prompt_lens, num_free_blocks, max_num_seqs, block_size):  # noqa: F811
         return SlyList()
 
     result = check(admit)
@@ -281,7 +302,8 @@ def learner_copies(tmp_path_factory):
     """`make exercises` into a temporary folder (the venv stamp is skipped: this interpreter runs it)."""
     out = tmp_path_factory.mktemp("exercises")
     if shutil.which("make"):
-        cmd = ["make", "-s", "-C", str(ROOT), "exercises", f"PY={sys.executable}", "STAMP=", f"EXERCISES_OUT={out}"]
+        cmd = ["make", "-s", "-C", str(ROOT), "exercises", f"PY={sys.executable}", "STAMP=",
+               f"EXERCISES_OUT={out}"]
     else:
         cmd = [sys.executable, str(ROOT / "scripts" / "make_exercises.py"), "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -319,7 +341,8 @@ def test_no_solution_leaks_into_the_learner_copy(path, learner_copies):
 def test_every_check_fails_on_the_stub_with_a_helpful_message(path, learner_copies, tmp_path):
     """The learner copy's exercise cells, run as a script: each check reports, nothing crashes."""
     copy = nbformat.read(learner_copies / path.name, as_version=4)
-    cells = [c for c in copy.cells if c.cell_type == "code" and {"exercise", "solution", "grade"} & set(tags(c))]
+    kinds = {"exercise", "solution", "grade"}
+    cells = [c for c in copy.cells if c.cell_type == "code" and kinds & set(tags(c))]
     parts = ["RESULTS = []"]
     for c in cells:
         parts.append(c.source)
@@ -352,15 +375,18 @@ def test_a_translation_folder_gets_its_own_copies(tmp_path, monkeypatch, capsys)
         shutil.copy(SERIES[2], folder / SERIES[2].name)
     monkeypatch.setattr(mod, "NOTEBOOKS", series)
     assert mod.main([]) == 0
-    assert (series / "exercises" / SERIES[2].name).exists() and (series / "zh-TW" / "exercises" / SERIES[2].name).exists()
+    assert (series / "exercises" / SERIES[2].name).exists()
+    assert (series / "zh-TW" / "exercises" / SERIES[2].name).exists()
     assert not (series / "exercises" / "exercises").exists()
 
 
 def test_stub_keeps_signature_and_docstring():
     mod = _make_exercises()
-    src = 'X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    return a + b\n\n\ndef g():\n    return 2'
+    src = ('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    return a + b\n\n\n'
+           'def g():\n    return 2')
     stub = mod.stub_source(src, "slot_for")
-    assert stub.startswith('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    ...\n    raise NotImplementedError(')
+    assert stub.startswith('X = 1\n\n\n@deco\ndef f(a,\n      b):\n    """Doc."""\n    ...\n'
+                           '    raise NotImplementedError(')
     assert "return" not in stub and "raise NotImplementedError('write g() here')" in stub
     assert EXERCISES["slot_for"].hint[:20] not in stub  # the hint is the check's to give
     assert mod.one_level_down("[a](02_x.ipynb) [b](../docs/x.md) [c](https://x.org) [d](#top)") == (

@@ -1,10 +1,12 @@
-"""paged_lab.classroom.glossary: one source of the series' words, the docs page it writes, and the notebooks' use of it.
+"""paged_lab.classroom.glossary: one source of the series' words, the docs page it writes, and the
+notebooks' use of it.
 
 What "a notebook's summary uses a term" means here, precisely:
 - every name in the notebook's ``glossary.table([...])`` call (its code cells, parsed with ``ast``), and
 - every **bold** phrase in its summary (the markdown cell that starts with ``## Summary``).
-Each must be a term of ``paged_lab.classroom.glossary`` (its serving name or an alias); a bold summary term must
-also be one of the rows the notebook's table shows, so the reader finds it explained right there.
+Each must be a term of ``paged_lab.classroom.glossary`` (its serving name or an alias); a bold summary
+term must also be one of the rows the notebook's table shows, so the reader finds it explained right
+there.
 """
 
 import ast
@@ -34,7 +36,8 @@ def table_calls(nb) -> list[list[str]]:
         if cell.cell_type != "code":
             continue
         for node in ast.walk(ast.parse(cell.source)):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "table"
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "table"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "glossary"):
                 calls.append([ast.literal_eval(e) for e in node.args[0].elts])
     return calls
@@ -83,7 +86,8 @@ def test_metaphor_check_can_fail():
     found = glossary.metaphor_problems(text)
     assert len(found) == 5 and any("a locker is one slot" in p for p in found)
     assert "'ledger': say Ah-Ye's lookup table" in found[0]
-    assert glossary.metaphor_problems("Ah-Ye's lookup table lists the rows of lockers (blocks) in order.") == []
+    kept = "Ah-Ye's lookup table lists the rows of lockers (blocks) in order."
+    assert glossary.metaphor_problems(kept) == []
 
 
 def test_lookup_and_table_refuse_unknown_names():
@@ -120,8 +124,9 @@ def test_notebook_summary_uses_only_glossary_terms(path):
     assert not unknown, f"{path.name}: glossary.table names terms the glossary lacks: {unknown}"
     shown = {lookup(n).name for n in calls[0]}
     for term in summary_terms(nb):
-        assert glossary.knows(term), f"{path.name}: the summary bolds {term!r}, which paged_lab.classroom.glossary lacks"
-        assert lookup(term).name in shown, f"{path.name}: the summary bolds {term!r} but its glossary table omits it"
+        bolds = f"{path.name}: the summary bolds {term!r}"
+        assert glossary.knows(term), f"{bolds}, which paged_lab.classroom.glossary lacks"
+        assert lookup(term).name in shown, f"{bolds} but its glossary table omits it"
 
 
 def test_the_check_can_fail():
@@ -135,7 +140,8 @@ def test_the_check_can_fail():
 
 # A story's words, and the first notebook that no longer needs them: the lockers (02) have taught
 # slot, block and block table by the end of 03; the three windows are notebook 05's own story.
-STORY_WORDS = {"the station's lockers": (r"\blockers?\b|Ah-Ye|阿頁", 4), "the service windows": (r"\bwindows?\b", 6)}
+STORY_WORDS = {"the station's lockers": (r"\blockers?\b|Ah-Ye|阿頁", 4),
+               "the service windows": (r"\bwindows?\b", 6)}
 
 
 def story_leftovers(path) -> list[str]:

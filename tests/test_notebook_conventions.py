@@ -20,6 +20,7 @@ def _load(name):
 
 
 sync = _load("sync_badges")
+kit = _load("notebook_kit")  # what sync_badges.py and build_zh.py read from a notebook
 NOTEBOOKS = sync.series()
 SERIES = [p for p in NOTEBOOKS if p != sync.INDEX]
 
@@ -150,17 +151,17 @@ def test_index_gives_time_prerequisites_and_paths():
 def test_reading_time_counts_markdown_words():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("word " * 2100), nbformat.v4.new_code_cell("x = 1 " * 5000)]
-    assert sync.reading_minutes(nb) == 15  # 2,100 words at 200 a minute: 11 min, rounded up to 15
+    assert kit.reading_minutes(nb) == 15  # 2,100 words at 200 a minute: 11 min, rounded up to 15
     nb.cells = nb.cells[1:]
-    assert sync.reading_minutes(nb) == 5
+    assert kit.reading_minutes(nb) == 5
 
 
 def test_badge_rewrite_replaces_a_stale_url():
     stale = "# 09 · X\n\ntext\n\n[![Binder](https://mybinder.org/badge_logo.svg)](https://example.org/old)"
-    fixed = sync.with_badges(stale, "09_x.ipynb")
+    fixed = kit.with_badges(stale, "09_x.ipynb")
     assert fixed.split("\n")[-1] == _project.badges_markdown("09_x.ipynb")
     assert fixed.split("\n")[:3] == stale.split("\n")[:3]
-    assert sync.with_badges("# 09 · X", "09_x.ipynb").endswith("\n\n" + _project.badges_markdown("09_x.ipynb"))
+    assert kit.with_badges("# 09 · X", "09_x.ipynb").endswith("\n\n" + _project.badges_markdown("09_x.ipynb"))
 
 
 def test_where_it_runs_comes_from_the_notebook():
@@ -169,9 +170,9 @@ def test_where_it_runs_comes_from_the_notebook():
         nbformat.v4.new_markdown_cell("# 09 · GPU things\n\n**You will learn**\n- a;\n- b;\n- c.\n\nmore"),
         nbformat.v4.new_code_cell("if torch.cuda.is_available():\n    run()\nelse:\n    print('skipped on CPU')"),
     ]
-    entry = sync.describe_nb(nb, "09_gpu.ipynb")
+    entry = kit.describe_nb(nb, "09_gpu.ipynb")
     assert (entry.title, entry.goals) == ("GPU things", ["a", "b", "c"])
     assert "1 GPU cell" in entry.cpu and entry.gpu != "not needed"
     nb.metadata["paged_lab"] = {"cpu": "Triton interpreter", "gpu": "compiled kernel, timings"}
-    entry = sync.describe_nb(nb, "09_gpu.ipynb")
+    entry = kit.describe_nb(nb, "09_gpu.ipynb")
     assert (entry.cpu, entry.gpu) == ("Triton interpreter", "compiled kernel, timings")

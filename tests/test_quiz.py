@@ -1,4 +1,5 @@
-"""paged_lab.classroom.quiz: every pick is told why, a number box checks what was typed, the text rendering keeps it all."""
+"""paged_lab.classroom.quiz: every pick is told why, a number box checks what was typed, the text
+rendering keeps it all."""
 
 import ipywidgets as W
 import pytest
@@ -27,9 +28,12 @@ from paged_lab.kv_math import plan_capacity
 def lockers(empty=36, reserved=60):
     return Question(
         f"Why must F wait while {empty} lockers are empty?",
-        [Choice("The lockers are broken", "Nothing is broken: every locker works, and every one is promised away."),
-         Choice(f"All {reserved} lockers are reserved", f"5 x 12 = {reserved}: every locker belongs to someone already."),
-         (f"F brought {empty + 1} bags", f"F's luggage would fit in the {empty} empty lockers if they were free.")],
+        [Choice("The lockers are broken",
+                "Nothing is broken: every locker works, and every one is promised away."),
+         Choice(f"All {reserved} lockers are reserved",
+                f"5 x 12 = {reserved}: every locker belongs to someone already."),
+         (f"F brought {empty + 1} bags",
+          f"F's luggage would fit in the {empty} empty lockers if they were free.")],
         answer=1,
         design="V0",
     )
@@ -71,9 +75,11 @@ def test_a_number_is_checked_against_the_computed_answer():
     q = seqs()
     assert q.source == "paged_lab.kv_math.plan_capacity" and q.answer_text == "238"
     right = q.check(" 238 ")
-    assert right.correct and right.text == f"{RIGHT}: 238. 65,536 bytes per token: twice as many as with bf16."
+    assert right.correct
+    assert right.text == f"{RIGHT}: 238. 65,536 bytes per token: twice as many as with bf16."
     low, high = q.check("200"), q.check("1,000")
-    assert low.text == f"{TOO_LOW}: 200 is less than the answer. Halve the bytes per token, then divide the budget. Try again."
+    assert low.text == (f"{TOO_LOW}: 200 is less than the answer. Halve the bytes per token, "
+                        "then divide the budget. Try again.")
     assert high.text.startswith(f"{TOO_HIGH}: 1,000 is more than the answer. Each request needs 4,096")
     mistake = q.check("119")  # a known misconception: its own why, still told too low
     assert mistake.text.startswith(f"{TOO_LOW}: 119 is less") and "That is the bf16 count" in mistake.text
@@ -82,13 +88,13 @@ def test_a_number_is_checked_against_the_computed_answer():
         assert not fb.correct and fb.text.startswith(NOT_A_NUMBER), typed
     assert "“abc” is not a number" in q.check("abc").text and "Type a number" in q.check("  ").text
     assert not any(q.check(t).correct for t in ("237", "239", "238.5"))
-    assert NumberQuestion("p?", answer=0.5, source=plan_capacity, explanation="e.", too_low="l.", too_high="h.",
-                          tolerance=0.01).check("0.505").correct
+    assert NumberQuestion("p?", answer=0.5, source=plan_capacity, explanation="e.", too_low="l.",
+                          too_high="h.", tolerance=0.01).check("0.505").correct
 
 
-@pytest.mark.parametrize(("typed", "value"), [("1,024", 1024), ("１２３", 123), ("1 024", 1024), ("12,345.5", 12345.5),
-                                              ("-3", -3), ("4.0", 4), ("2,38", None), ("1,0245", None), ("inf", None),
-                                              ("", None), ("twelve", None)])
+@pytest.mark.parametrize(("typed", "value"), [("1,024", 1024), ("１２３", 123), ("1 024", 1024),
+                                              ("12,345.5", 12345.5), ("-3", -3), ("4.0", 4), ("2,38", None),
+                                              ("1,0245", None), ("inf", None), ("", None), ("twelve", None)])
 def test_parse_number(typed, value):
     assert parse_number(typed) == value
 
@@ -111,7 +117,8 @@ def test_buttons_give_feedback_in_the_widget():
     _, buttons, feedback = _parts(first)
     assert FEEDBACK_CLASS in feedback._dom_classes and feedback.value == ""
     buttons[0].click()
-    assert WRONG in feedback.value and "Nothing is broken" in feedback.value and buttons[0].button_style == "danger"
+    assert WRONG in feedback.value and "Nothing is broken" in feedback.value
+    assert buttons[0].button_style == "danger"
     buttons[1].click()
     assert RIGHT in feedback.value and "every locker belongs" in feedback.value
     assert buttons[1].button_style == "success"
@@ -125,7 +132,8 @@ def test_a_number_box_checks_on_enter_and_on_the_button():
     assert NUMBER_CLASS in box._dom_classes
     entry, button = box.children[1].children
     feedback = box.children[-1]
-    assert isinstance(entry, W.Text) and not entry.continuous_update and FEEDBACK_CLASS in feedback._dom_classes
+    assert isinstance(entry, W.Text) and not entry.continuous_update
+    assert FEEDBACK_CLASS in feedback._dom_classes
     entry.value = "120"  # what Enter sends
     assert "Too low" in feedback.value and "120 is less" in feedback.value
     button.click()  # the same value, checked again
@@ -171,7 +179,8 @@ def test_mimebundle_has_the_widget_and_the_text():
     ],
 )
 def test_bad_questions_are_refused(kwargs, match):
-    args = {"prompt": "p?", "choices": [("a", "why a"), ("b", "why b"), ("c", "why c")], "answer": 0, **kwargs}
+    choices = [("a", "why a"), ("b", "why b"), ("c", "why c")]
+    args = {"prompt": "p?", "choices": choices, "answer": 0, **kwargs}
     with pytest.raises((ValueError, TypeError), match=match):
         Question(**args)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
 from paged_lab.classroom.quiz import LETTERS, NumberQuestion, Question, Quiz
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
 from paged_lab.viz import tables
 
 
@@ -22,7 +22,8 @@ def test_table_shows_rows_as_a_table():
 
 
 def test_a_table_shows_its_words_in_chinese_and_its_data_as_is():
-    rows = {"recompute": {"tokens prefilled": 1234, "steps lost": 3}, "swap": {"tokens prefilled": 900, "steps lost": 3}}
+    rows = {"recompute": {"tokens prefilled": 1234, "steps lost": 3},
+            "swap": {"tokens prefilled": 900, "steps lost": 3}}
     t = tables.table(rows, index="preemption")
     plain = tables.table([{"sample": 0, "text": "recompute"}])  # data cells (generated text) stay as they are
     i18n.use("zh-TW")

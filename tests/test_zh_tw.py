@@ -5,7 +5,7 @@
 - the staleness check works: change an English markdown cell in a copy and it names that cell;
 - every quiz text of the series and every glossary term has a translation (the zh-TW notebooks' last cell
   checks the rest of what they show: figure titles, axis labels, readouts);
-- ``paged_lab.classroom.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
+- ``paged_lab.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 import pytest
 from scriptkit import load_script
 
-from paged_lab.classroom import glossary, i18n
+from paged_lab import i18n
+from paged_lab.classroom import glossary
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 from paged_lab.kv_math import plan_capacity
 
@@ -66,11 +67,12 @@ def test_a_zh_tw_notebook_has_the_english_code_and_cell_ids(path):
         en_src, zh_src = "".join(en["source"]), "".join(zh_cell["source"])
         assert zh_cell["cell_type"] == en["cell_type"]
         if en["cell_type"] == "code":  # the same code; the setup cell only gains the language switch
-            assert zh_src == en_src or zh_src == en_src.rstrip("\n") + build_zh.SWITCH, f"{path.name} {en['id']}"
+            switched = en_src.rstrip("\n") + build_zh.SWITCH
+            assert zh_src == en_src or zh_src == switched, f"{path.name} {en['id']}"
         else:
             assert zh_src != en_src, f"{path.name} {en['id']} is not translated"
     code = ["".join(c["source"]) for c in zh_cells if c["cell_type"] == "code"]
-    assert sum('paged_lab.classroom.i18n.use("zh-TW")' in src for src in code) == 1
+    assert sum('paged_lab.i18n.use("zh-TW")' in src for src in code) == 1
     first = "".join(zh_cells[0]["source"])
     assert build_zh.zh_badges(path.name) in first and f"](../{path.name})" in first  # badges + English link
 
@@ -79,7 +81,8 @@ def test_zh_tw_badges_and_links_point_at_the_zh_tw_files():
     line = build_zh.zh_badges("03_block_tables.ipynb")
     assert "labpath=notebooks%2Fzh-TW%2F03_block_tables.ipynb" in line
     assert "/blob/main/notebooks/zh-TW/03_block_tables.ipynb" in line
-    text = "[a](02_contiguous_vs_paged.ipynb) [b](05_continuous_batching.ipynb) [c](../docs/glossary.md) [d](https://x.org/a)"
+    text = ("[a](02_contiguous_vs_paged.ipynb) [b](05_continuous_batching.ipynb) [c](../docs/glossary.md) "
+            "[d](https://x.org/a)")
     got = build_zh.localize_markdown(text, {"02_contiguous_vs_paged.ipynb"})
     assert got == ("[a](02_contiguous_vs_paged.ipynb) [b](../05_continuous_batching.ipynb) "
                    "[c](../../docs/glossary.md) [d](https://x.org/a)")
@@ -88,7 +91,8 @@ def test_zh_tw_badges_and_links_point_at_the_zh_tw_files():
 def _copy_project(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     shutil.copytree(ROOT / "scripts", root / "scripts")
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "exercises"))
+    shutil.copytree(ROOT / "notebooks", root / "notebooks",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "exercises"))
     return root
 
 
@@ -110,7 +114,8 @@ def test_the_staleness_check_names_a_changed_english_cell(tmp_path):
     translated = [p for p in ENGLISH if build_zh.catalogue_path(p).exists()]
     assert translated, "no catalogue to test with"
     english = root / "notebooks" / translated[-1].name
-    cell_id = next(c["id"] for c in json.loads(english.read_text())["cells"][1:] if c["cell_type"] == "markdown")
+    cells = json.loads(english.read_text())["cells"][1:]
+    cell_id = next(c["id"] for c in cells if c["cell_type"] == "markdown")
     before = _run(root, "--check")
     assert f"cell {cell_id}" not in before.stdout
 
@@ -130,7 +135,8 @@ def test_the_index_run_times_are_taken_from_the_english_not_translated():
     sha = build_zh.words_sha("00_index.ipynb", "index-paths", english)
     assert build_zh.words_sha("00_index.ipynb", "index-paths", remeasured) == sha  # not stale
     assert build_zh.words_sha("00_index.ipynb", "index-paths", remeasured.replace("All", "Every")) != sha
-    assert build_zh.words_sha("01_kv.ipynb", "index-paths", remeasured) != build_zh.en_sha(english)  # others: every digit
+    # other cells: every digit counts
+    assert build_zh.words_sha("01_kv.ipynb", "index-paths", remeasured) != build_zh.en_sha(english)
     assert build_zh.with_english_numbers(zh, remeasured, "00") == zh.replace("6 秒", "83 秒")
     with pytest.raises(ValueError, match="3 numbers, the English 5"):
         build_zh.with_english_numbers("| 01 | 約 10 分鐘 | 6 秒 |", english.split("\n")[0] + " 1", "00")
@@ -138,7 +144,8 @@ def test_the_index_run_times_are_taken_from_the_english_not_translated():
 
 def test_a_changed_code_cell_makes_the_committed_twin_out_of_date(tmp_path):
     root = _copy_project(tmp_path)
-    name = next(p.name for p in ENGLISH if build_zh.catalogue_path(p).exists() and not p.name.startswith("00_"))
+    name = next(p.name for p in ENGLISH
+                if build_zh.catalogue_path(p).exists() and not p.name.startswith("00_"))
     english = root / "notebooks" / name
     cell_id = next(c["id"] for c in json.loads(english.read_text())["cells"] if c["cell_type"] == "code")
     _edit_cell(english, cell_id, lambda s: s + "\nprint('one more line')")
@@ -154,12 +161,14 @@ def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
     (root / "notebooks" / "zh-TW").mkdir(parents=True)
     (root / "notebooks" / "exercises").mkdir()
     shutil.copy(ROOT / "notebooks" / "conftest.py", root / "notebooks" / "conftest.py")
-    tiny = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c0", "metadata": {}, "outputs": [],
-                       "source": ["1 + 1"]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    tiny = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c0", "metadata": {},
+                       "outputs": [], "source": ["1 + 1"]}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     for rel in ("01_a.ipynb", "zh-TW/01_a.ipynb", "exercises/01_a_exercises.ipynb"):
         (root / "notebooks" / rel).write_text(json.dumps(tiny))
-    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                          "notebooks"], cwd=root, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval-lax",
+                          "-p", "no:cacheprovider", "notebooks"],
+                         cwd=root, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "notebooks/01_a.ipynb" in res.stdout and "notebooks/zh-TW/01_a.ipynb" in res.stdout
     assert "exercises" not in res.stdout
@@ -170,8 +179,9 @@ def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
 
 def test_every_quiz_text_of_the_series_has_a_translation():
     missing = build_zh.untranslated_strings()
-    assert not missing, "add to paged_lab/classroom/locale/zh-TW.json (python scripts/build_zh.py --strings):\n" + "\n".join(
-        f"{name}: {text}" for name, text in missing)
+    listed = "\n".join(f"{name}: {text}" for name, text in missing)
+    where = "add to paged_lab/locale/zh-TW.json (python scripts/build_zh.py --strings)"
+    assert not missing, f"{where}:\n{listed}"
 
 
 def test_quiz_strings_are_read_from_the_cells_as_templates():
@@ -179,13 +189,15 @@ def test_quiz_strings_are_read_from_the_cells_as_templates():
         'quiz = Quiz([Question(f"Why {n} of {m}?", [f"{n} blocks", "Because the pool is full"], answer=1,\n',
         '                      explanation="The pool " + f"has {m} blocks.")])']}]}
     # every text with a word in it, even a short choice ("{} blocks" is shown as "{0} 個 block")
-    assert build_zh.quiz_strings(nb) == ["Why {} of {}?", "{} blocks", "Because the pool is full", "The pool has {} blocks."]
+    assert build_zh.quiz_strings(nb) == ["Why {} of {}?", "{} blocks", "Because the pool is full",
+                                         "The pool has {} blocks."]
 
 
 def test_every_glossary_term_is_translated_from_its_current_meaning():
     entries = i18n.catalogue("zh-TW")["glossary"]
-    problems = [t.name for t in glossary.TERMS if t.name not in entries or entries[t.name].get("en") != t.meaning]
-    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/classroom/locale/zh-TW.json"
+    problems = [t.name for t in glossary.TERMS
+                if t.name not in entries or entries[t.name].get("en") != t.meaning]
+    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/locale/zh-TW.json"
     assert not set(entries) - {t.name for t in glossary.TERMS}, "translations of terms the glossary dropped"
 
 
@@ -201,7 +213,8 @@ def test_t_looks_up_templates_and_falls_back_to_english(zh):
     assert i18n.t("Every locker is reserved: 5 × 12 = 60") == "每一格都被預留了：5 × 12 = 60"
     assert i18n.t("fits 14 seqs") == "放得下 14 條"
     # a matched part is itself translated: "none of these GPUs" inside the readout
-    readout = i18n.t("<b>x</b>, fp8: 1 B/token x 2 x 3 tokens = <b>0.00 GB</b> of KV; fits beside the weights on: none of these GPUs")
+    readout = i18n.t("<b>x</b>, fp8: 1 B/token x 2 x 3 tokens = <b>0.00 GB</b> of KV; "
+                     "fits beside the weights on: none of these GPUs")
     assert readout.endswith("這些 GPU 都放不下") and "<b>x</b>" in readout
     assert i18n.t("A sentence nobody translated") == "A sentence nobody translated"
     assert i18n.missing() == ["A sentence nobody translated"]
@@ -239,27 +252,29 @@ def test_fig_show_goes_through_the_translation(zh, monkeypatch):
 def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
     q = Question("Why does the KV cache grow with the context length while the weights do not?",
                  [Choice("Every token keeps its own K and V; the weights are one shared copy",
-                         "32 KiB per token × 4,096 tokens = 128 MiB for one Llama-3.2-1B request of 4,096 tokens, and "
-                         "every request has its own; the weights are loaded once and read by all of them."),
+                         "32 KiB per token × 4,096 tokens = 128 MiB for one Llama-3.2-1B request of 4,096 "
+                         "tokens, and every request has its own; the weights are loaded once and read by all "
+                         "of them."),
                   Choice("Longer contexts load extra layers",
-                         "The number of layers is fixed by the model (16 for Llama-3.2-1B); a longer context runs the "
-                         "same layers over more tokens.")],
+                         "The number of layers is fixed by the model (16 for Llama-3.2-1B); a longer context "
+                         "runs the same layers over more tokens.")],
                  answer=0, design="V1")
-    n = NumberQuestion("How many empty slots does a 9-token sequence leave in its blocks with block_size = 16?",
+    n = NumberQuestion("How many empty slots does a 9-token sequence leave in its blocks with "
+                       "block_size = 16?",
                        answer=7, source=plan_capacity,
-                       explanation="⌈9 / 16⌉ = 1 block of 16 holds the 9 tokens and leaves 7 slots empty; blocks of 4 "
-                                   "would take ⌈9 / 4⌉ and leave 3. A sequence wastes less than one block, so the waste "
-                                   "grows with the block size.",
+                       explanation="⌈9 / 16⌉ = 1 block of 16 holds the 9 tokens and leaves 7 slots empty; "
+                                   "blocks of 4 would take ⌈9 / 4⌉ and leave 3. A sequence wastes less than "
+                                   "one block, so the waste grows with the block size.",
                        too_low="One block of 16 holds all 9 tokens: how many of its 16 slots are left over?",
-                       too_high="A sequence takes only ⌈n / block_size⌉ blocks, and only its last block can have "
-                                "empty slots: at most block_size − 1 of them.",
+                       too_high="A sequence takes only ⌈n / block_size⌉ blocks, and only its last block can "
+                                "have empty slots: at most block_size − 1 of them.",
                        mistakes={3: "That is with blocks of 4. With 16, a single block holds all 9 tokens."})
     quiz = Quiz([q, n])
     text = quiz._repr_mimebundle_()["text/html"]
     assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
     assert "答案" in text and "其他選項" in text and "請以數字作答" in text and "Why does" not in text
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
-    shown = i18n.quiz(quiz)
+    shown = quiz.shown()
     right, wrong = shown[0].pick(0), shown[0].pick(1)
     assert right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V") and "所有請求一起讀" in right.text
     assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 層）；上下文變長，"
@@ -278,8 +293,9 @@ def test_the_quiz_feedback_sentences_are_translated():
     from paged_lab.classroom import quiz as Q
 
     strings = i18n.catalogue("zh-TW")["strings"]
-    phrases = [Q.RIGHT, Q.WRONG, Q.TOO_LOW, Q.TOO_HIGH, Q.NOT_A_NUMBER, Q.TRY_ANOTHER, Q.LESS_THAN, Q.MORE_THAN,
-               Q.NOT_NUMBER, Q.EMPTY_BOX, "Answer with a number.", "The other choices:", "a number", "Check", ". "]
+    phrases = [Q.RIGHT, Q.WRONG, Q.TOO_LOW, Q.TOO_HIGH, Q.NOT_A_NUMBER, Q.TRY_ANOTHER, Q.LESS_THAN,
+               Q.MORE_THAN, Q.NOT_NUMBER, Q.EMPTY_BOX, "Answer with a number.", "The other choices:",
+               "a number", "Check", ". "]
     assert not [p for p in phrases if p not in strings]
 
 
@@ -291,22 +307,45 @@ def test_a_glossary_table_shows_both_languages(zh):
 
 
 def test_importing_i18n_loads_neither_torch_nor_plotly():
-    code = "import sys, paged_lab.classroom.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
+    code = "import sys, paged_lab.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
 
 
+def _imported(path: Path) -> set[str]:
+    """The modules a source file imports (module level and inside functions)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def test_the_translation_knows_none_of_its_users_and_viz_none_of_the_classroom():
+    package = ROOT / "paged_lab"
+    assert not [m for m in _imported(package / "i18n.py") if m.split(".")[0] == "paged_lab"]
+    for path in sorted((package / "viz").glob("*.py")):
+        used = [m for m in _imported(path) if m.startswith("paged_lab.classroom")]
+        assert not used, f"{path.name} imports {used}: viz draws for the classroom, never from it"
+
+
 def test_templates_split_where_the_catalogue_can_translate(zh):
     # a bracketed part is one part, though it holds the template's ", "
-    assert i18n.t("Round 1: luggage A-F = (10, 6, 12, 8, 11, 7), 54 in all") == "第 1 輪：A–F 的行李 = (10, 6, 12, 8, 11, 7)，共 54 件"
+    assert (i18n.t("Round 1: luggage A-F = (10, 6, 12, 8, 11, 7), 54 in all")
+            == "第 1 輪：A–F 的行李 = (10, 6, 12, 8, 11, 7)，共 54 件")
     # clauses joined by "; " are translated one by one, and a "→" inside a clause does not split the readout
-    readout = ("step 3 ran 0 prefill + 3 decode; a full last block → a new block for 2 → 3 running, 3 waiting, "
-               "15% of the slots hold tokens")
+    readout = ("step 3 ran 0 prefill + 3 decode; a full last block → a new block for 2 → 3 running, "
+               "3 waiting, 15% of the slots hold tokens")
     assert i18n.t(readout) == ("第 3 步執行了 0 個 prefill + 3 個 decode；最後一個 block 滿了 → 替 2 開新的 block → "
                                "3 個執行中、3 個在等，15% 的槽位放了 token")
     # a title wrapped for display (viz.widgets.wrap_title) is found with its wrap undone
-    assert i18n.t("External fragmentation: free lockers that add<br>up, but not in a row") == "外部碎片：空櫃子加起來夠多，卻不連號"
+    assert (i18n.t("External fragmentation: free lockers that add<br>up, but not in a row")
+            == "外部碎片：空櫃子加起來夠多，卻不連號")
     assert not i18n.missing()
 
 
@@ -315,7 +354,7 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
     the solution's heading) is translated when shown; the call and the package's code stay as they are."""
     import re
 
-    from paged_lab.classroom import exercises as X
+    from paged_lab.classroom.exercises import grader as X
 
     def stub(*args):
         raise NotImplementedError(X.stub_message(name))
@@ -327,8 +366,10 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
         stub.__name__ = own.__name__ = name
         wrong = X._failure(ex, ex.cases[0], "returned 0")
         for text in (X.check(stub, name).text, X.check(own, name).text, wrong,
-                     f"{X.PASS} {name}: right on 3 fixed cases and 25 generated ones; it answers as the package does.",
-                     f"{X.PASS} {name}: right on 1 fixed case and 1 generated one; it answers as the package does."):
+                     f"{X.PASS} {name}: right on 3 fixed cases and 25 generated ones; "
+                     "it answers as the package does.",
+                     f"{X.PASS} {name}: right on 1 fixed case and 1 generated one; "
+                     "it answers as the package does."):
             shown = X._shown(text)
             for line in shown.split("\n"):
                 if line.strip() and not line.strip().startswith(f"{name}("):  # the call: code, as typed
@@ -344,7 +385,7 @@ def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
     """The lines check() adds for a function stopped at its time limit and for an answer of the wrong type."""
     import re
 
-    from paged_lab.classroom import exercises as X
+    from paged_lab.classroom.exercises import grader as X
 
     ex = X.EXERCISES["admit"]
     texts = [X._timed_out(ex, ex.cases[0], 10.0, generated=g) for g in (False, True)]

@@ -1,5 +1,6 @@
-"""What only the notebooks use: quizzes, graded exercises, the glossary, and the zh-TW translation.
+"""What only the notebooks use: quizzes, graded exercises and the glossary.
 
 Nothing in the concept rooms (``kv_math``, ``memory``, ``sched``, ``sim``, ``kernels``, ``engine``,
-``models``) imports from here; ``tests/test_package.py`` checks it.
+``models``) nor in ``viz`` imports from here. The words these modules show go through
+``paged_lab.i18n``, which sits below them and knows none of them.
 """

@@ -20,13 +20,14 @@ locker or page glossed as the wrong serving term; a test runs it over every note
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import html
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
+from paged_lab.viz.tables import Table
 
 
 @dataclass(frozen=True)
@@ -41,62 +42,63 @@ class Term:
 
 TERMS: tuple[Term, ...] = (
     # --- requests and their luggage (notebooks 01-02) ---
-    Term("request", "traveller", "旅客", "One conversation being served: a prompt and the tokens generated for it "
-         "(vLLM `Request`, nano-vllm `Sequence`).", True, ("requests", "sequence", "sequences")),
-    Term("KV cache", "luggage", "行李", "The K and V vectors of every token in every layer, kept so the next token "
-         "need not recompute them; grows linearly with the conversation.", True),
+    Term("request", "traveller", "旅客", "One conversation being served: a prompt and the tokens generated "
+         "for it (vLLM `Request`, nano-vllm `Sequence`).", True, ("requests", "sequence", "sequences")),
+    Term("KV cache", "luggage", "行李", "The K and V vectors of every token in every layer, kept so the next "
+         "token need not recompute them; grows linearly with the conversation.", True),
     Term("K and V", "name tags and folders", "名牌和資料夾", "Per token and layer, the key (matched against later "
          "queries) and the value (mixed into the output).", True, ("K/V", "KV")),
-    Term("bytes per token", "the size of one piece of luggage", "一件行李的大小",
-         "KV bytes one token costs: 2 × layers × KV heads × head_dim × bytes per number."),
+    Term("bytes per token", "the size of one piece of luggage", "一件行李的大小", "KV bytes one token costs: 2 × "
+         "layers × KV heads × head_dim × bytes per number."),
     Term("GQA", "several queries share one set of name tags and folders", "幾個查詢共用一組名牌和資料夾",
-         "Grouped-query attention: a group of query heads shares one KV head, so the cache stores fewer heads "
-         "(MHA: one KV head per query head; MQA: one for all).", False, ("grouped-query attention", "MQA", "MHA")),
+         "Grouped-query attention: a group of query heads shares one KV head, so the cache stores fewer "
+         "heads (MHA: one KV head per query head; MQA: one for all).", False,
+         ("grouped-query attention", "MQA", "MHA")),
     Term("model weights", "the station's rules, one copy for everyone", "模型權重",
          "The parameters: one copy shared by every request; paging does not shrink them (quantization does).",
          True, ("weights",)),
-    Term("KV pool", "the locker area", "置物櫃區", "The GPU memory left for the KV cache after the weights, cut into "
-         "`num_blocks` blocks shared by all requests.", True, ("KV memory",)),
+    Term("KV pool", "the locker area", "置物櫃區", "The GPU memory left for the KV cache after the weights, cut "
+         "into `num_blocks` blocks shared by all requests.", True, ("KV memory",)),
     # --- lockers, pages and the table (notebooks 02-03) ---
     Term("slot", "locker", "一格", "Room for one token's K and V; `slot = block id × block_size + offset`.",
          True, ("slots", "KV slot")),
-    Term("block", "page: a row of lockers handed out together", "頁", "`block_size` consecutive slots, the unit "
-         "of allocation: a request takes a new block only when its last one is full.", True,
+    Term("block", "page: a row of lockers handed out together", "頁", "`block_size` consecutive slots, the "
+         "unit of allocation: a request takes a new block only when its last one is full.", True,
          ("blocks", "KV block", "physical block")),
     Term("block_size", "lockers per page", "每頁的格數", "Tokens per block: 16 in the paper; engines choose what "
          "their attention kernel supports (nano-vllm: 256).", False, ("block size",)),
-    Term("block table", "Ah-Ye's lookup table", "阿頁的對照表", "Per request, logical block j → physical block id, "
-         "in reading order; attention reads K and V through it.", True, ("block tables", "block_table", "block_tables")),
+    Term("block table", "Ah-Ye's lookup table", "阿頁的對照表", "Per request, logical block j → physical block "
+         "id, in reading order; attention reads K and V through it.", True,
+         ("block tables", "block_table", "block_tables")),
     Term("logical block", "a traveller's page number (reading order)", "閱讀順序",
          "The j-th block of a request, counting its tokens in order.", True, ("logical blocks",)),
-    Term("physical block id", "where the page actually sits", "實際位置",
-         "A block's index in the KV pool, wherever it is.", True, ("physical block ids",)),
-    Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格",
-         "Per token, the slot its K and V are stored in: "
-         "`block_table[pos // block_size] * block_size + pos % block_size`."),
+    Term("physical block id", "where the page actually sits", "實際位置", "A block's index in the KV pool, "
+         "wherever it is.", True, ("physical block ids",)),
+    Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格", "Per token, the slot its K and V are "
+         "stored in: `block_table[pos // block_size] * block_size + pos % block_size`."),
     Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單", "The free blocks, in the order they are "
-         "handed out. V1: a freed block with nothing cached goes to the front (reused first), a cached one to the "
-         "back, so cached content is overwritten least recently freed first."),
+         "handed out. V1: a freed block with nothing cached goes to the front (reused first), a cached one "
+         "to the back, so cached content is overwritten least recently freed first."),
     Term("free", "a traveller leaving", "旅客離開", "A finished request returns its blocks to the free queue, "
          "last block first."),
     # --- the old manager's waste (notebook 02) ---
     Term("contiguous reservation", "the old manager's 12 lockers in a row", "先鎖 12 格連號",
          "Reserving `max_seq_len` slots in a row for each request when it arrives (before paging).", True,
          ("max_seq_len reservation", "contiguous reservations")),
-    Term("internal fragmentation", "lockers locked but empty", "沒有東西卻被占著",
-         "Reserved slots that never hold a token: the request finished early.", True),
+    Term("internal fragmentation", "lockers locked but empty", "沒有東西卻被占著", "Reserved slots that never hold "
+         "a token: the request finished early.", True),
     Term("external fragmentation", "holes that add up but fit nobody", "加起來夠大卻塞不進",
          "Free memory split into holes, each too small for one more reservation.", True),
     Term("PagedAttention", "Ah-Ye's way: hand out pages anywhere, read through the table", "照表讀取分散的頁",
-         "Block-by-block KV allocation plus an attention kernel that reads scattered blocks through the block "
-         "table (Kwon et al., SOSP 2023).", True, ("paged attention",)),
+         "Block-by-block KV allocation plus an attention kernel that reads scattered blocks through the "
+         "block table (Kwon et al., SOSP 2023).", True, ("paged attention",)),
     # --- windows and rounds (notebook 05) ---
-    Term("max_num_seqs", "service windows", "服務窗口", "How many requests run together in one step (batch slots).",
-         True, ("batch slot", "batch slots", "window", "windows")),
-    Term("step", "one round", "一輪", "One forward pass over the running batch: each decoding request gains one "
-         "token.", True, ("steps", "scheduler step", "engine step")),
-    Term("waiting queue", "the waiting area", "等待區", "Requests not admitted yet, or sent back; served in order.",
-         True, ("waiting",)),
+    Term("max_num_seqs", "service windows", "服務窗口", "How many requests run together in one step (batch "
+         "slots).", True, ("batch slot", "batch slots", "window", "windows")),
+    Term("step", "one round", "一輪", "One forward pass over the running batch: each decoding request gains "
+         "one token.", True, ("steps", "scheduler step", "engine step")),
+    Term("waiting queue", "the waiting area", "等待區", "Requests not admitted yet, or sent back; served in "
+         "order.", True, ("waiting",)),
     Term("admission", "let in only when the luggage fits", "放得下才讓人進", "Moving a request from waiting to "
          "running: its whole prompt must fit (prefix-cache hits counted in V1). V0 also allocated all its "
          "blocks then; V1 allocates them as the prompt is computed.", True, ("admitted", "admit")),
@@ -104,61 +106,64 @@ TERMS: tuple[Term, ...] = (
          "tokens (and, after a recompute, its earlier output).", True, ("prefills",)),
     Term("decode", "one more piece per round", "每輪多一件", "Computing one new token for a running request.",
          False, ("decodes",)),
-    Term("chunked prefill", "a long text read in over several rounds", "長前文分幾輪讀完", "A long prompt's "
-         "prefill is split over steps, so prefills and decodes share each step's token budget (opt-in in V0, "
-         "on by default in V1)."),
+    Term("chunked prefill", "a long text read in over several rounds", "長前文分幾輪讀完",
+         "A long prompt's prefill is split over steps, so prefills and decodes share each step's token "
+         "budget (opt-in in V0, on by default in V1)."),
     Term("max_num_batched_tokens", "how many pieces the windows handle per round", "每輪能處理的件數",
          "The token budget per step, shared by decodes and (chunks of) prefills (in V0 and V1; V1 chunks "
          "prefills by default)."),
-    Term("static batching", "the whole group finishes before the next", "整組辦完才換", "A batch runs until its "
-         "longest member is done; finished rows sit idle (padding).", True),
+    Term("static batching", "the whole group finishes before the next", "整組辦完才換",
+         "A batch runs until its longest member is done; finished rows sit idle (padding).", True),
     Term("continuous batching", "refill a window every round", "每輪補人", "The batch is re-formed every step, "
          "so a finished request's place is refilled at once (Orca's iteration-level scheduling).", True),
     Term("preemption", "sent back to the waiting area", "請回等待區", "Freeing a running request's blocks when "
-         "the pool runs out; the newest running request goes first. V0: recompute or swap; V1: recompute only.",
-         False, ("preempted", "preempt", "preempts", "preemptions")),
+         "the pool runs out; the newest running request goes first. V0: recompute or swap; V1: recompute "
+         "only.", False, ("preempted", "preempt", "preempts", "preemptions")),
     Term("recompute", "start the luggage over", "重新放一次行李", "Preemption that drops the KV and later prefills "
          "the prompt and the generated tokens again (V1's only kind).", False, ("recomputed", "recomputes")),
     Term("swap", "pages moved out and back in", "換出去再換回來", "V0's other preemption: copy the blocks to CPU "
          "memory and back instead of recomputing.", True, ("swapped", "swap space")),
     # --- sharing (notebooks 04, 07) ---
     Term("parallel sampling", "n answers to one question", "同一個問題要 n 個答案", "`SamplingParams(n>1)`. V0: fork "
-         "the sequence, copy-on-write; V1: n requests sharing the prompt's full blocks through prefix caching.",
-         False, ("n > 1",)),
+         "the sequence, copy-on-write; V1: n requests sharing the prompt's full blocks through prefix "
+         "caching.", False, ("n > 1",)),
     Term("fork", "a traveller's twin using the same pages", "分身共用同一批頁", "V0: a new sequence that shares "
-         "every block of its parent (each block's refcount + 1), nothing copied.", False, ("forks", "forked")),
-    Term("refcount", "how many tables list a page", "有幾張對照表記著這一頁",
-         "How many sequences hold a block; it returns to the free queue at 0.", False, ("refcounts",)),
+         "every block of its parent (each block's refcount + 1), nothing copied.", False,
+         ("forks", "forked")),
+    Term("refcount", "how many tables list a page", "有幾張對照表記著這一頁", "How many sequences hold a block; it "
+         "returns to the free queue at 0.", False, ("refcounts",)),
     Term("copy-on-write", "copy a shared page before writing into it", "要寫之前先複製",
-         "V0: appending to a shared, partly filled block first copies it (`CowAction(src, dst)`); full blocks "
-         "are never copied. V1 has none for n > 1 or one-group models, but copies a shared tail block on a "
-         "partial prefix hit in hybrid models.", False, ("CowAction", "copy on write", "copies on write")),
+         "V0: appending to a shared, partly filled block first copies it (`CowAction(src, dst)`); full "
+         "blocks are never copied. V1 has none for n > 1 or one-group models, but copies a shared tail "
+         "block on a partial prefix hit in hybrid models.", False,
+         ("CowAction", "copy on write", "copies on write")),
     Term("prefix caching", "recognise pages whose contents are already stored", "認出已經放過的頁",
-         "Full blocks named by a chained hash are reused by any later request with the same prefix; hits are "
-         "counted in tokens.", False, ("prefix cache", "prefix-cache hit", "prefix cache hit")),
+         "Full blocks named by a chained hash are reused by any later request with the same prefix; hits "
+         "are counted in tokens.", False, ("prefix cache", "prefix-cache hit", "prefix cache hit")),
     Term("block hash", "the label on a page", "頁的標籤", "`hash(parent hash, token ids, extra_key)` of a full "
          "block: equal only after an equal prefix.", False, ("block hashes",)),
     Term("system prompt", "the same instructions in front of everyone", "系統提示詞",
          "A shared start of many prompts: what prefix caching stores once.", True, ("system prompts",)),
-    Term("eviction", "reusing a freed page for new luggage", "舊頁拿去放新行李", "Handing out a free block that still "
-         "held cached content; its hash is forgotten.", False, ("evict", "evicted", "evictions")),
+    Term("eviction", "reusing a freed page for new luggage", "舊頁拿去放新行李", "Handing out a free block that "
+         "still held cached content; its hash is forgotten.", False, ("evict", "evicted", "evictions")),
     # --- reading the pages (notebook 06) ---
     Term("mask", "skip the empty lockers", "空格不讀", "Empty slots of a last block are masked on the loads "
          "(read as 0) and on the scores (−∞).", False, ("masked", "masking")),
-    Term("online softmax", "a running tally while reading page by page", "邊讀邊記的總分", "Softmax in one pass "
-         "over the blocks: a running max, sum and weighted V, rescaled when the max grows."),
+    Term("online softmax", "a running tally while reading page by page", "邊讀邊記的總分",
+         "Softmax in one pass over the blocks: a running max, sum and weighted V, rescaled when the max "
+         "grows."),
     Term("split-KV", "the table split among helpers", "把對照表分給幾位幫手", "Flash-decoding: partitions of a long "
          "context run in parallel and merge by log-sum-exp.", False, ("flash-decoding", "splits")),
     # --- the whole station (notebook 07) ---
-    Term("inference engine", "the locker area's whole management", "置物櫃區的整套管理", "Schedules many requests, "
-         "manages the paged KV cache, runs the model each step: vLLM, or `paged_lab.engine.LLM` here.", True,
-         ("engine", "LLM", "vLLM")),
-    Term("BlockManager", "Ah-Ye, the new manager", "阿頁", "Hands out blocks, keeps the block tables, refcounts, "
-         "copy-on-write and the prefix cache (`paged_lab.memory`).", True),
-    Term("ContiguousAllocator", "the old manager", "老管理員", "Reserves `max_seq_len` slots in a row per request "
-         "(`paged_lab.sched`), for comparison.", True),
-    Term("Scheduler", "the clerk who calls the next traveller", "叫號的人", "Each step picks which requests run: "
-         "admits, schedules prefills and decodes, preempts (`paged_lab.sched`)."),
+    Term("inference engine", "the locker area's whole management", "置物櫃區的整套管理",
+         "Schedules many requests, manages the paged KV cache, runs the model each step: vLLM, or "
+         "`paged_lab.engine.LLM` here.", True, ("engine", "LLM", "vLLM")),
+    Term("BlockManager", "Ah-Ye, the new manager", "阿頁", "Hands out blocks, keeps the block tables, "
+         "refcounts, copy-on-write and the prefix cache (`paged_lab.memory`).", True),
+    Term("ContiguousAllocator", "the old manager", "老管理員", "Reserves `max_seq_len` slots in a row per "
+         "request (`paged_lab.sched`), for comparison.", True),
+    Term("Scheduler", "the clerk who calls the next traveller", "叫號的人", "Each step picks which requests "
+         "run: admits, schedules prefills and decodes, preempts (`paged_lab.sched`)."),
 )
 
 _BY_NAME = {}
@@ -181,8 +186,10 @@ RETIRED: dict[str, str] = {
 _RETIRED = re.compile(r"\b(" + "|".join(re.escape(w) for w in RETIRED) + r")\b", re.IGNORECASE)
 # A locker is one slot, a page is a block: "lockers (KV blocks)" or "a page (slot)" breaks the mapping.
 _MISMAPPED = (
-    (re.compile(r"(?<!row of )(?<!rows of )\blockers?\s*\((?:KV |physical )?blocks?\b", re.IGNORECASE), "a locker is one slot, not a block"),
-    (re.compile(r"\bpages?\s*\((?:KV )?slots?\b", re.IGNORECASE), "a page is a block (a row of lockers), not a slot"),
+    (re.compile(r"(?<!row of )(?<!rows of )\blockers?\s*\((?:KV |physical )?blocks?\b", re.IGNORECASE),
+     "a locker is one slot, not a block"),
+    (re.compile(r"\bpages?\s*\((?:KV )?slots?\b", re.IGNORECASE),
+     "a page is a block (a row of lockers), not a slot"),
 )
 
 
@@ -220,37 +227,24 @@ def knows(name: str) -> bool:
 
 
 HEADER = ("Story", "故事", "Serving name", "What it is")
+SEED_NOTE = "※ the seed story's own word"  # under the table, where a Chinese word carries ※
 
 
-class Table:
-    """Rows of the glossary, shown as a table in Jupyter (HTML) and as Markdown elsewhere."""
+def shown(term: Term) -> Term:
+    """``term`` as the learner reads it: its one-line meaning in their language (``paged_lab.i18n``;
+    the catalogue's ``"glossary"`` section, keyed by the serving name), the term itself in English."""
+    language = i18n.lang()
+    if language == "en":
+        return term
+    zh = i18n.catalogue(language).get("glossary", {}).get(term.name)
+    if not zh:
+        i18n.note_missing(f"glossary: {term.name}")
+        return term
+    return dataclasses.replace(term, meaning=zh["meaning"])
 
-    def __init__(self, terms: list[Term]):
-        self.terms = terms
 
-    @property
-    def names(self) -> list[str]:
-        return [t.name for t in self.terms]
-
-    def _repr_markdown_(self) -> str:
-        lines = ["| " + " | ".join(map(i18n.t, HEADER)) + " |", "|" + "---|" * len(HEADER)]
-        for t in self.terms:
-            cells = (t.story, t.story_zh + (" ※" if t.seed else ""), f"**{t.name}**", t.meaning)
-            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{i18n.t(h)}</th>" for h in HEADER)
-        rows = "".join(
-            f"<tr><td>{html.escape(t.story, quote=False)}</td><td>{html.escape(t.story_zh, quote=False)}{' ※' if t.seed else ''}</td>"
-            f"<td><b>{html.escape(t.name, quote=False)}</b></td><td style='text-align:left'>{html.escape(t.meaning, quote=False)}</td></tr>"
-            for t in self.terms
-        )
-        note = "<p style='font-size:85%;color:#555'>" + i18n.t("※ the seed story's own word") + "</p>"
-        return f"<table class='paged-lab-glossary'><tr>{head}</tr>{rows}</table>{note}"
-
-    def __str__(self) -> str:
-        return self._repr_markdown_()
+def _row(term: Term) -> tuple[str, str, str, str]:
+    return term.story, term.story_zh + (" ※" if term.seed else ""), term.name, term.meaning
 
 
 def table(names: Iterable[str]) -> Table:
@@ -265,7 +259,8 @@ def table(names: Iterable[str]) -> Table:
         if t.name in seen:
             raise ValueError(f"{n!r} repeats the term {t.name!r}")
         seen.add(t.name)
-    return Table([i18n.term(t) for t in terms])  # meanings in the learner's language (paged_lab.classroom.i18n)
+    rows = [_row(shown(t)) for t in terms]  # meanings in the learner's language
+    return Table(HEADER, rows, bold=(2,), prose=(3,), note=SEED_NOTE)
 
 
 def markdown() -> str:
@@ -273,7 +268,8 @@ def markdown() -> str:
     intro = __doc__.split("\n\n", 1)[1].split("A notebook shows")[0].strip()
     return (
         "# Glossary\n\n"
-        "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; do not edit. -->\n\n"
+        "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; "
+        "do not edit. -->\n\n"
         f"{intro}\n\n{table([t.name for t in TERMS])._repr_markdown_()}\n\n"
         "※ the seed story's own word; the other Chinese words are ours, in the seeds' style.\n"
     )

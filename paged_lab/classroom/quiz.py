@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-from paged_lab.classroom import i18n
+from paged_lab import i18n
 
 # The design a question is about, and how it is labelled (docs/architecture.md: say which).
 DESIGNS = {
@@ -72,7 +72,7 @@ FEEDBACK_CLASS = "paged-lab-quiz-feedback"  # one per question: the answer to th
 STATIC_CLASS = "paged-lab-quiz-static"  # the text rendering (the static site shows it)
 RIGHT, WRONG = "✓ Right", "✗ Not quite"
 TOO_LOW, TOO_HIGH, NOT_A_NUMBER = "✗ Too low", "✗ Too high", "✗ Not a number"
-# The feedback sentences around a question's own texts (templates: paged_lab.classroom.i18n translates them).
+# The feedback sentences around a question's own texts (templates: paged_lab.i18n translates them).
 TRY_ANOTHER = "({}) {} Try another choice."
 LESS_THAN = "{} is less than the answer. {} Try again."
 MORE_THAN = "{} is more than the answer. {} Try again."
@@ -140,7 +140,8 @@ class Question:
         if len(set(texts)) != len(texts):
             raise ValueError(f"choices must be distinct (a learner could not tell them apart): {texts}")
         if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
-            raise ValueError(f"answer must be the index of the right choice, 0 to {len(choices) - 1}, got {answer!r}")
+            raise ValueError(f"answer must be the index of the right choice, 0 to {len(choices) - 1}, "
+                             f"got {answer!r}")
         if design is not None and design not in DESIGNS:
             raise ValueError(f"design must be one of {sorted(DESIGNS)} or None, got {design!r}")
         for name, value in (("prompt", prompt), ("choices", choices), ("answer", answer), ("design", design)):
@@ -171,8 +172,9 @@ class Question:
         return Feedback(False, f"{t(WRONG)}: {t(TRY_ANOTHER).format(LETTERS[choice], picked.why)}")
 
     def translated(self, t: Callable[[str], str]) -> Question:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.classroom.i18n)."""
-        q = Question(t(self.prompt), [Choice(t(c.text), t(c.why)) for c in self.choices], self.answer, self.design)
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
+        choices = [Choice(t(c.text), t(c.why)) for c in self.choices]
+        q = Question(t(self.prompt), choices, self.answer, self.design)
         object.__setattr__(q, "_t", t)
         return q
 
@@ -233,7 +235,8 @@ class NumberQuestion:
             _text(name, text)
         if isinstance(answer, bool) or not isinstance(answer, Real) or not math.isfinite(answer):
             raise ValueError(f"answer must be a finite number, got {answer!r}")
-        if not callable(source) or not getattr(source, "__module__", None) or not hasattr(source, "__qualname__"):
+        named = getattr(source, "__module__", None) and hasattr(source, "__qualname__")
+        if not callable(source) or not named:
             raise TypeError(f"source must be the function or class that computed the answer, got {source!r}")
         if isinstance(tolerance, bool) or not isinstance(tolerance, Real) or not 0 <= tolerance < math.inf:
             raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
@@ -265,7 +268,8 @@ class NumberQuestion:
         value = parse_number(typed)
         if value is None:
             shown = str(typed).strip()
-            return Feedback(False, f"{t(NOT_A_NUMBER)}: {t(NOT_NUMBER).format(shown) if shown else t(EMPTY_BOX)}")
+            why = t(NOT_NUMBER).format(shown) if shown else t(EMPTY_BOX)
+            return Feedback(False, f"{t(NOT_A_NUMBER)}: {why}")
         if abs(value - self.answer) <= self.tolerance:
             return Feedback(True, f"{t(RIGHT)}: {self.answer_text}{t('. ')}{self.explanation}")
         low = value < self.answer
@@ -275,7 +279,7 @@ class NumberQuestion:
         return Feedback(False, f"{t(head)}: {t(sentence).format(_number_text(value), hint)}")
 
     def translated(self, t: Callable[[str], str]) -> NumberQuestion:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.classroom.i18n)."""
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
         q = NumberQuestion.__new__(NumberQuestion)
         for name in ("answer", "source", "tolerance", "design"):
             object.__setattr__(q, name, getattr(self, name))
@@ -308,7 +312,8 @@ class Quiz:
             raise ValueError("a quiz needs at least one Question")
         for i, q in enumerate(questions):
             if not isinstance(q, (Question, NumberQuestion)):
-                raise TypeError(f"questions[{i}] must be a Question or a NumberQuestion, got {type(q).__name__}")
+                raise TypeError(f"questions[{i}] must be a Question or a NumberQuestion, "
+                                f"got {type(q).__name__}")
         self.questions, self.title = questions, title
         self._box = None
 
@@ -322,8 +327,13 @@ class Quiz:
         return iter(self.questions)
 
     def translated(self, t: Callable[[str], str]) -> Quiz:
-        """A copy in another language: every text through ``t`` (what ``paged_lab.classroom.i18n.quiz`` shows)."""
+        """A copy in another language: every text through ``t``."""
         return Quiz([q.translated(t) for q in self.questions], title=t(self.title))
+
+    def shown(self) -> Quiz:
+        """The quiz as the learner reads it: a copy in their language (``paged_lab.i18n``), or the quiz
+        itself in English. Rendering goes through it; the quiz's own texts stay English."""
+        return self if i18n.lang() == "en" else self.translated(i18n.t)
 
     # --- the static rendering: question, choices, answer and every why in <details> -------------
     def to_markdown(self) -> str:
@@ -331,39 +341,38 @@ class Quiz:
         for n, q in enumerate(self.questions, 1):
             label = f"*[{i18n.t(DESIGNS[q.design])}]* " if q.design else ""
             lines.append(f"{n}. {label}{q.prompt}")
+            summary = f"   <details><summary>{i18n.t('Answer')}</summary>\n\n   "
             if isinstance(q, NumberQuestion):
                 lines.append(f"   - {q._t('Answer with a number.')}")
-                lines.append(f"   <details><summary>{i18n.t('Answer')}</summary>\n\n   **{q.answer_text}{_stop(q)}** "
-                             f"{q.explanation}\n   </details>\n")
+                lines.append(f"{summary}**{q.answer_text}{_stop(q)}** {q.explanation}\n   </details>\n")
                 continue
             lines += [f"   - ({LETTERS[i]}) {c.text}" for i, c in enumerate(q.choices)]
-            others = "".join(f"\n   - ({LETTERS[i]}) {c.why}" for i, c in enumerate(q.choices) if i != q.answer)
-            lines.append(f"   <details><summary>{i18n.t('Answer')}</summary>\n\n   **({LETTERS[q.answer]}) "
-                         f"{q.answer_text}{_stop(q)}** {q.explanation}\n\n   {q._t('The other choices:')}\n{others}\n"
-                         "   </details>\n")
+            others = "".join(f"\n   - ({LETTERS[i]}) {c.why}" for i, c in _others(q))
+            lines.append(f"{summary}**({LETTERS[q.answer]}) {q.answer_text}{_stop(q)}** {q.explanation}\n\n"
+                         f"   {q._t('The other choices:')}\n{others}\n   </details>\n")
         return "\n".join(lines)
 
     def to_html(self) -> str:
+        esc = html.escape
         items = []
         for q in self.questions:
-            label = f'<div style="font-size:85%;color:#7a5300">{html.escape(i18n.t(DESIGNS[q.design]))}</div>' if q.design else ""
-            answer = f"<details><summary>{html.escape(i18n.t('Answer'))}</summary>"
+            answer = f"<details><summary>{esc(i18n.t('Answer'))}</summary>"
             if isinstance(q, NumberQuestion):
-                body = f"<p><i>{html.escape(q._t('Answer with a number.'))}</i></p>"
-                answer += f"<p><b>{html.escape(q.answer_text + _stop(q))}</b> {html.escape(q.explanation)}</p></details>"
+                body = f"<p><i>{esc(q._t('Answer with a number.'))}</i></p>"
+                answer += f"<p><b>{esc(q.answer_text + _stop(q))}</b> {esc(q.explanation)}</p></details>"
             else:
                 body = "<ul style='list-style:none'>" + "".join(
-                    f"<li>({LETTERS[i]}) {html.escape(c.text)}</li>" for i, c in enumerate(q.choices)) + "</ul>"
-                others = "".join(f"<li>({LETTERS[i]}) {html.escape(c.why)}</li>"
-                                 for i, c in enumerate(q.choices) if i != q.answer)
-                answer += (f"<p><b>({LETTERS[q.answer]}) {html.escape(q.answer_text + _stop(q))}</b> {html.escape(q.explanation)}</p>"
-                           f"<p>{html.escape(q._t('The other choices:'))}</p><ul style='list-style:none'>{others}</ul>"
-                           "</details>")
-            items.append(f"<li>{label}<p>{html.escape(q.prompt)}</p>{body}{answer}</li>")
-        return f'<div class="{STATIC_CLASS}"><h3>{html.escape(self.title)}</h3><ol>{"".join(items)}</ol></div>'
+                    f"<li>({LETTERS[i]}) {esc(c.text)}</li>" for i, c in enumerate(q.choices)) + "</ul>"
+                others = "".join(f"<li>({LETTERS[i]}) {esc(c.why)}</li>" for i, c in _others(q))
+                right = f"({LETTERS[q.answer]}) {q.answer_text}{_stop(q)}"
+                answer += (f"<p><b>{esc(right)}</b> {esc(q.explanation)}</p>"
+                           f"<p>{esc(q._t('The other choices:'))}</p>"
+                           f"<ul style='list-style:none'>{others}</ul></details>")
+            items.append(f"<li>{_design_label(q)}<p>{esc(q.prompt)}</p>{body}{answer}</li>")
+        return f'<div class="{STATIC_CLASS}"><h3>{esc(self.title)}</h3><ol>{"".join(items)}</ol></div>'
 
     def __str__(self) -> str:
-        shown = i18n.quiz(self)  # the learner's language (paged_lab.classroom.i18n); the quiz itself in English
+        shown = self.shown()
         return f"{shown.title}\n\n{shown.to_markdown()}"
 
     # --- the interactive rendering ---------------------------------------------------------------
@@ -382,9 +391,10 @@ class Quiz:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         # The widget for Jupyter, and beside it the text for whatever cannot run widgets.
-        shown = i18n.quiz(self)  # the learner's language (paged_lab.classroom.i18n); the quiz itself in English
+        shown = self.shown()
         data = dict(shown.widget()._repr_mimebundle_())
-        data.update({"text/plain": str(shown), "text/html": shown.to_html(), "text/markdown": shown.to_markdown()})
+        data.update({"text/plain": str(shown), "text/html": shown.to_html(),
+                     "text/markdown": shown.to_markdown()})
         return data
 
 
@@ -393,15 +403,27 @@ def _stop(q: AnyQuestion) -> str:
     return q._t(". ").strip() or "."
 
 
+def _others(q: Question) -> list[tuple[int, Choice]]:
+    """The wrong choices of ``q``, with their indices: the static rendering lists why each is wrong."""
+    return [(i, c) for i, c in enumerate(q.choices) if i != q.answer]
+
+
+def _design_label(q: AnyQuestion) -> str:
+    """The line above a question that says which vLLM design it is about (empty when none)."""
+    if not q.design:
+        return ""
+    return f'<div style="font-size:85%;color:#7a5300">{html.escape(i18n.t(DESIGNS[q.design]))}</div>'
+
+
 def _prompt(W, n: int, q: AnyQuestion):
-    label = f'<div style="font-size:85%;color:#7a5300">{html.escape(i18n.t(DESIGNS[q.design]))}</div>' if q.design else ""
-    return W.HTML(f"{label}<b>{n}.</b> {html.escape(q.prompt)}")
+    return W.HTML(f"{_design_label(q)}<b>{n}.</b> {html.escape(q.prompt)}")
 
 
 def _show(feedback, fb: Feedback) -> None:
     color = "#2ca02c" if fb.correct else "#d62728"
     head, _, rest = fb.text.partition(": ")
-    feedback.value = f'<span style="color:{color};font-weight:bold">{html.escape(head)}:</span> {html.escape(rest)}'
+    head = f'<span style="color:{color};font-weight:bold">{html.escape(head)}:</span>'
+    feedback.value = f"{head} {html.escape(rest)}"
 
 
 def _question_widget(W, n: int, q: Question):
@@ -429,7 +451,8 @@ def _number_widget(W, n: int, q: NumberQuestion):
     feedback = W.HTML("")
     feedback.add_class(FEEDBACK_CLASS)
     # continuous_update=False: the value arrives on Enter (or when the box loses focus), not per keystroke
-    box_in = W.Text(value="", placeholder=q._t("a number"), continuous_update=False, layout=W.Layout(width="12em"))
+    box_in = W.Text(value="", placeholder=q._t("a number"), continuous_update=False,
+                    layout=W.Layout(width="12em"))
     button = W.Button(description=q._t("Check"), layout=W.Layout(width="auto"))
 
     def on_check(*_):
