@@ -29,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from paged_lab.i18n import LANGS
+from paged_lab.viz.i18n import LANGS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -13,8 +13,8 @@ the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json
 
 ``en_sha`` is the English text the translation was made from: when the English cell changes, its sha
 no longer matches and ``--check`` names the cell (STALE). The generator also
-- adds the language switch to the setup cell (``paged_lab.i18n.use("zh-TW")``: figures, quizzes and
-  the glossary then show ``paged_lab/locale/zh-TW.json``'s words) and, last, a cell that fails when
+- adds the language switch to the setup cell (``paged_lab.viz.i18n.use("zh-TW")``: figures, quizzes and
+  the glossary then show ``paged_lab/viz/locale/zh-TW.json``'s words) and, last, a cell that fails when
   something the notebook showed had no translation;
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import notebook_kit  # noqa: E402  (the badge-line rule and each English notebook's entry)
 
-from paged_lab import _project, i18n  # noqa: E402
+from paged_lab import _project  # noqa: E402
+from paged_lab.viz import i18n  # noqa: E402
 
 LANG = "zh-TW"
 NOTEBOOKS = ROOT / "notebooks"
@@ -50,14 +51,14 @@ OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
 GOALS_HEADING = "你會學到"
 SWITCH = (
-    "\n\nimport paged_lab.i18n\n\n"
-    f'paged_lab.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
+    "\n\nimport paged_lab.viz.i18n\n\n"
+    f'paged_lab.viz.i18n.use("{LANG}")  # 繁體中文版：圖表、小測驗與詞彙表改用中文（程式碼與英文版相同）'
 )
 CHECK_CELL_ID = "zh-tw-check"
 CHECK_CELL = (
     "# 翻譯檢查（由 scripts/build_zh.py 加上）：這本筆記本顯示過的英文字串（圖表、小測驗、詞彙表）\n"
-    "# 在 paged_lab/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
-    "paged_lab.i18n.assert_translated()"
+    "# 在 paged_lab/viz/locale/zh-TW.json 都要有翻譯，缺的會在這裡列出來。\n"
+    "paged_lab.viz.i18n.assert_translated()"
 )
 
 
@@ -381,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--stale", action="store_true",
                       help="list stale and missing cells with their English text")
     mode.add_argument("--strings", action="store_true",
-                      help="list quiz texts paged_lab/locale/zh-TW.json lacks")
+                      help="list quiz texts paged_lab/viz/locale/zh-TW.json lacks")
     args = parser.parse_args(argv)
     if args.strings:
         missing = untranslated_strings()

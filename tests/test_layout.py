@@ -2,8 +2,8 @@
 
 * ``paged_lab/`` lists at most 10 public entries, the concept rooms in the order the notebooks teach
   them, plus the figures, the instruments and one room for what only the notebooks use;
-* no concept room imports the classroom (quizzes, exercises, glossary, translation) or the tools, and
-  the figures take only the translation from the classroom;
+* no concept room imports the classroom (quizzes, exercises, glossary) or the tools, the figures do not
+  import the classroom, and the translation (``viz.i18n``) imports nothing of the package;
 * no two modules of the package import each other, directly or through others (an import circle).
 
 The import graph is read from the source with ``ast`` (every ``import``/``from ... import``,
@@ -71,14 +71,17 @@ def test_concept_rooms_import_no_furniture(concept):
     assert not bad, bad
 
 
-def test_figures_take_only_the_translation_from_the_classroom():
-    """A figure's labels are shown in the learner's language; quizzes, exercises and the glossary are
-    the notebooks' business, not a figure's."""
-    allowed = {"paged_lab.classroom", "paged_lab.classroom.i18n"}
+def test_figures_do_not_import_the_classroom():
+    """The classroom draws with the figures and speaks through their translation (``viz.i18n``), not
+    the other way round."""
     g = graph()
-    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if room(m) == "viz"
-                 for d in deps if room(d) == "classroom" and d not in allowed)
+    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if room(m) == "viz" for d in deps if room(d) == "classroom")
     assert not bad, bad
+
+
+def test_translation_knows_none_of_its_users():
+    """``viz.i18n`` looks words up; the figures, quizzes and glossary call it, never the reverse."""
+    assert graph()["paged_lab.viz.i18n"] == set()
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:

@@ -27,8 +27,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from paged_lab import i18n
 from paged_lab.classroom.quiz import LETTERS, NumberQuestion, Question, Quiz
+from paged_lab.viz import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("0[1-9]_*.ipynb"))

@@ -2,8 +2,7 @@
 
 import pytest
 
-from paged_lab import i18n
-from paged_lab.viz import tables
+from paged_lab.viz import i18n, tables
 
 
 def test_table_shows_rows_as_a_table():

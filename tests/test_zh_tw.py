@@ -5,7 +5,7 @@
 - the staleness check works: change an English markdown cell in a copy and it names that cell;
 - every quiz text of the series and every glossary term has a translation (the zh-TW notebooks' last cell
   checks the rest of what they show: figure titles, axis labels, readouts);
-- ``paged_lab.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
+- ``paged_lab.viz.i18n`` translates at the few places text is shown, falls back to English, loads no torch.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import plotly.graph_objects as go
 import pytest
 from scriptkit import load_script
 
-from paged_lab import i18n
 from paged_lab.classroom import glossary
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 from paged_lab.kv_math import plan_capacity
+from paged_lab.viz import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_a_zh_tw_notebook_has_the_english_code_and_cell_ids(path):
         else:
             assert zh_src != en_src, f"{path.name} {en['id']} is not translated"
     code = ["".join(c["source"]) for c in zh_cells if c["cell_type"] == "code"]
-    assert sum('paged_lab.i18n.use("zh-TW")' in src for src in code) == 1
+    assert sum('paged_lab.viz.i18n.use("zh-TW")' in src for src in code) == 1
     first = "".join(zh_cells[0]["source"])
     assert build_zh.zh_badges(path.name) in first and f"](../{path.name})" in first  # badges + English link
 
@@ -180,7 +180,7 @@ def test_nbval_collects_the_zh_tw_edition_but_not_the_exercises(tmp_path):
 def test_every_quiz_text_of_the_series_has_a_translation():
     missing = build_zh.untranslated_strings()
     listed = "\n".join(f"{name}: {text}" for name, text in missing)
-    where = "add to paged_lab/locale/zh-TW.json (python scripts/build_zh.py --strings)"
+    where = "add to paged_lab/viz/locale/zh-TW.json (python scripts/build_zh.py --strings)"
     assert not missing, f"{where}:\n{listed}"
 
 
@@ -197,7 +197,7 @@ def test_every_glossary_term_is_translated_from_its_current_meaning():
     entries = i18n.catalogue("zh-TW")["glossary"]
     problems = [t.name for t in glossary.TERMS
                 if t.name not in entries or entries[t.name].get("en") != t.meaning]
-    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/locale/zh-TW.json"
+    assert not problems, f"translate (again) the meaning of {problems} in paged_lab/viz/locale/zh-TW.json"
     assert not set(entries) - {t.name for t in glossary.TERMS}, "translations of terms the glossary dropped"
 
 
@@ -307,7 +307,7 @@ def test_a_glossary_table_shows_both_languages(zh):
 
 
 def test_importing_i18n_loads_neither_torch_nor_plotly():
-    code = "import sys, paged_lab.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
+    code = "import sys, paged_lab.viz.i18n; print(sorted(m for m in ('torch', 'plotly') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]"
@@ -328,7 +328,7 @@ def _imported(path: Path) -> set[str]:
 
 def test_the_translation_knows_none_of_its_users_and_viz_none_of_the_classroom():
     package = ROOT / "paged_lab"
-    assert not [m for m in _imported(package / "i18n.py") if m.split(".")[0] == "paged_lab"]
+    assert not [m for m in _imported(package / "viz" / "i18n.py") if m.split(".")[0] == "paged_lab"]
     for path in sorted((package / "viz").glob("*.py")):
         used = [m for m in _imported(path) if m.startswith("paged_lab.classroom")]
         assert not used, f"{path.name} imports {used}: viz draws for the classroom, never from it"

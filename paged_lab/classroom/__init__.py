@@ -2,5 +2,5 @@
 
 Nothing in the concept rooms (``kv_math``, ``memory``, ``sched``, ``sim``, ``kernels``, ``engine``,
 ``models``) nor in ``viz`` imports from here. The words these modules show go through
-``paged_lab.i18n``, which sits below them and knows none of them.
+``paged_lab.viz.i18n``, which sits below them and knows none of them.
 """

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from paged_lab import i18n
+from paged_lab.viz import i18n
 from paged_lab.viz.tables import Table
 
 
@@ -231,7 +231,7 @@ SEED_NOTE = "※ the seed story's own word"  # under the table, where a Chinese 
 
 
 def shown(term: Term) -> Term:
-    """``term`` as the learner reads it: its one-line meaning in their language (``paged_lab.i18n``;
+    """``term`` as the learner reads it: its one-line meaning in their language (``paged_lab.viz.i18n``;
     the catalogue's ``"glossary"`` section, keyed by the serving name), the term itself in English."""
     language = i18n.lang()
     if language == "en":

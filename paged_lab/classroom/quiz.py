@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-from paged_lab import i18n
+from paged_lab.viz import i18n
 
 # The design a question is about, and how it is labelled (docs/architecture.md: say which).
 DESIGNS = {
@@ -72,7 +72,7 @@ FEEDBACK_CLASS = "paged-lab-quiz-feedback"  # one per question: the answer to th
 STATIC_CLASS = "paged-lab-quiz-static"  # the text rendering (the static site shows it)
 RIGHT, WRONG = "✓ Right", "✗ Not quite"
 TOO_LOW, TOO_HIGH, NOT_A_NUMBER = "✗ Too low", "✗ Too high", "✗ Not a number"
-# The feedback sentences around a question's own texts (templates: paged_lab.i18n translates them).
+# The feedback sentences around a question's own texts (templates: paged_lab.viz.i18n translates them).
 TRY_ANOTHER = "({}) {} Try another choice."
 LESS_THAN = "{} is less than the answer. {} Try again."
 MORE_THAN = "{} is more than the answer. {} Try again."
@@ -172,7 +172,7 @@ class Question:
         return Feedback(False, f"{t(WRONG)}: {t(TRY_ANOTHER).format(LETTERS[choice], picked.why)}")
 
     def translated(self, t: Callable[[str], str]) -> Question:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.viz.i18n)."""
         choices = [Choice(t(c.text), t(c.why)) for c in self.choices]
         q = Question(t(self.prompt), choices, self.answer, self.design)
         object.__setattr__(q, "_t", t)
@@ -279,7 +279,7 @@ class NumberQuestion:
         return Feedback(False, f"{t(head)}: {t(sentence).format(_number_text(value), hint)}")
 
     def translated(self, t: Callable[[str], str]) -> NumberQuestion:
-        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.i18n)."""
+        """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.viz.i18n)."""
         q = NumberQuestion.__new__(NumberQuestion)
         for name in ("answer", "source", "tolerance", "design"):
             object.__setattr__(q, name, getattr(self, name))
@@ -331,7 +331,7 @@ class Quiz:
         return Quiz([q.translated(t) for q in self.questions], title=t(self.title))
 
     def shown(self) -> Quiz:
-        """The quiz as the learner reads it: a copy in their language (``paged_lab.i18n``), or the quiz
+        """The quiz as the learner reads it: a copy in their language (``paged_lab.viz.i18n``), or the quiz
         itself in English. Rendering goes through it; the quiz's own texts stay English."""
         return self if i18n.lang() == "en" else self.translated(i18n.t)
 

@@ -6,7 +6,7 @@ glossary's rows):
     display(table({"static": {"steps": 8}, "continuous": {"steps": 6}}, index="batching"))
 
 The header, and a first column of row labels (``index=``), are the notebook's own words: they are
-shown in the learner's language (``paged_lab.i18n``). The other cells are data (numbers, model names,
+shown in the learner's language (``paged_lab.viz.i18n``). The other cells are data (numbers, model names,
 generated text) and are shown as they are; whole numbers get thousands separators.
 """
 
@@ -16,7 +16,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from paged_lab import i18n
+from paged_lab.viz import i18n
 
 
 class Table:

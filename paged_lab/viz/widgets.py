@@ -18,7 +18,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from paged_lab import i18n
+from paged_lab.viz import i18n
 
 READOUT_CLASS = "paged-lab-readout"
 CONTROL_CLASS, LABEL_CLASS = "paged-lab-control", "paged-lab-label"  # a control under its label
@@ -193,7 +193,7 @@ def interactive(
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
-        shown = i18n.figure(fig)  # in the learner's language (paged_lab.i18n); readout and caller get `fig`
+        shown = i18n.figure(fig)  # in the learner's language (paged_lab.viz.i18n); readout and caller get `fig`
         if not redraw:  # the FigureWidget was built from this very figure
             pass
         elif use_figure_widget:

@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from paged_lab import i18n
 from paged_lab.classroom.exercises.exercise import Exercise
 from paged_lab.classroom.exercises.registry import EXERCISES
+from paged_lab.viz import i18n
 
 CHECK_CLASS = "paged-lab-check"  # the result's HTML box (the browser test reads it)
 WRAP = 88  # the plain-text feedback (print(result)) is wrapped at word boundaries to this width
@@ -93,7 +93,7 @@ def _wrapped(text: str, width: int = WRAP) -> str:
 
 
 def _shown(text: str) -> str:
-    """The feedback in the learner's language (``paged_lab.i18n``), line by line; the Result itself
+    """The feedback in the learner's language (``paged_lab.viz.i18n``), line by line; the Result itself
     stays English, so a notebook's ``assert result, result.text`` reads the same in every edition."""
     if i18n.lang() == "en":
         return text
