@@ -131,3 +131,34 @@ def test_overview_boxes_follow_the_settings():
     assert boxes["attention"][0] == "attention backend: triton (chosen, not run yet)"
     assert boxes["requests"][1].startswith("prompts,")
     assert boxes["device"][1].endswith("3 layers, 8 KV heads of 64")
+
+
+def test_overview_names_a_cuda_device_by_its_compute_capability(monkeypatch):
+    import torch
+
+    from paged_lab.viz import overview
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    assert overview._device(torch.device("cuda", 1)) == "CUDA GPU 1 (sm_90)"
+    assert overview._device(torch.device("cpu")).startswith("CPU, ")
+
+
+# ------------------------------------------------------------------ every word the three pictures show, in zh-TW
+def test_the_three_pictures_are_translated(tiny_llm):
+    from paged_lab.classroom import i18n
+
+    model, tok, LLM = tiny_llm
+    llm = LLM(model, tokenizer=tok, block_size=8, num_kv_blocks=16, max_num_batched_tokens=None, device="cpu")
+    figs = [fig_engine_overview(llm), fig_chunked_steps(chunked_prefill_story(), budget=8),
+            fig_hash_chain({"A": list(range(9)), "B": list(range(9))}, 4, extra_keys={"B": "tenant-2"})]
+    for backend in ("cpu", "torch", "triton", "reference"):  # every backend's words, run or not
+        ov = engine_overview(llm)
+        figs.append(fig_engine_overview(EngineOverview(**{**ov.__dict__, "backend": backend, "backend_ran": True,
+                                                          "device": "CUDA GPU 0 (sm_90)"})))
+    i18n.use("zh-TW")
+    try:
+        shown = [i18n.figure(f) for f in figs]
+        assert not i18n.missing(), i18n.missing()
+        assert "請求" in shown[0].layout.annotations[1].text  # translated, not only not recorded
+    finally:
+        i18n.use("en")
