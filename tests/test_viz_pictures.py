@@ -1,6 +1,8 @@
 """The three pictures of issue 27 §4: the hash chain (04), chunked prefill step by step (05) and the engine
 as a whole (07). Each test reads what the figure shows (its data and annotations), not its pixels."""
 
+import dataclasses
+
 import pytest
 
 from paged_lab.memory import BlockManager
@@ -143,7 +145,7 @@ def test_overview_names_a_cuda_device_by_its_compute_capability(monkeypatch):
     assert overview._device(torch.device("cpu")).startswith("CPU, ")
 
 
-# ------------------------------------------------------------------ every word the three pictures show, in zh-TW
+# ------------------------------------------------------------------ every word they show, in zh-TW
 def test_the_three_pictures_are_translated(tiny_llm):
     from paged_lab.classroom import i18n
 
@@ -151,10 +153,10 @@ def test_the_three_pictures_are_translated(tiny_llm):
     llm = LLM(model, tokenizer=tok, block_size=8, num_kv_blocks=16, max_num_batched_tokens=None, device="cpu")
     figs = [fig_engine_overview(llm), fig_chunked_steps(chunked_prefill_story(), budget=8),
             fig_hash_chain({"A": list(range(9)), "B": list(range(9))}, 4, extra_keys={"B": "tenant-2"})]
+    ov = engine_overview(llm)
     for backend in ("cpu", "torch", "triton", "reference"):  # every backend's words, run or not
-        ov = engine_overview(llm)
-        figs.append(fig_engine_overview(EngineOverview(**{**ov.__dict__, "backend": backend, "backend_ran": True,
-                                                          "device": "CUDA GPU 0 (sm_90)"})))
+        on_gpu = dataclasses.replace(ov, backend=backend, backend_ran=True, device="CUDA GPU 0 (sm_90)")
+        figs.append(fig_engine_overview(on_gpu))
     i18n.use("zh-TW")
     try:
         shown = [i18n.figure(f) for f in figs]
