@@ -54,6 +54,8 @@ NOT_QUANTITIES = {
         "a section number",
     r"(?<=; )\d\.\d(?=:)": "a section of the cited paper, in a Read further list",
     r"\b(?:SOSP|OSDI) \d{4}\b|arXiv:\d+\.\d+": "a citation: venue and year, arXiv number",
+    r"\((?:(?:January|February|March|April|May|June|July|August|September|October|November|December) )?"
+    r"(?:19|20)\d\d\)": "a citation's date: (June 2023), (2023)",
     r"(?i:\bvllm \d+\.\d+\.\d+)": "the pinned vLLM version",
 }
 _NOT_QUANTITY = re.compile("|".join(f"(?:{p})" for p in NOT_QUANTITIES), re.M)
