@@ -682,8 +682,8 @@ def _expect_preempt(running, free_blocks, block_size):
     sched = Scheduler(_bm.BlockManager(used + free_blocks, block_size), max_num_seqs=len(running))
     for i, n in enumerate(running):
         seq = Sequence(i, [0] * n, max_tokens=10**6)
-        sched.block_manager.allocate(i, seq.token_ids)
-        seq.num_computed_tokens = seq.prefill_end = n
+        sched.allocator.allocate(i, seq.token_ids)
+        seq.num_computed_tokens = seq.num_prefill_tokens = n
         seq.status = SequenceStatus.RUNNING
         seq.append_token(0)  # the token sampled last step: it needs a slot now
         sched.running.append(seq)
@@ -787,7 +787,8 @@ def _as_scheduled(chunks, block_size):
     bm = _bm.BlockManager(1 + max(max(t) for t, _, _ in chunks), block_size)
     out = []
     for i, (table, start, end) in enumerate(chunks):
-        bm._seqs[i] = _bm._Seq(list(table), [0] * end, [], None, 0)  # the given table, as the engine sees it
+        # the given table, as the engine sees it
+        bm._seqs[i] = _bm.SequenceBlocks(list(table), [0] * end, [], None, 0)
         out.append(ScheduledSeq(Sequence(i, [0] * end, max_tokens=1), start, end, end - start > 1))
     return bm, out
 

@@ -127,7 +127,7 @@ class BlockPool:
     # -- counts -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return self.free_queue.size
 
     @property
     def num_used_blocks(self) -> int:
