@@ -4,6 +4,7 @@ A refactor must report its speed before and after. Run one after the other, two 
 different machine load (this project's machines are small and shared); alternating the runs inside
 one process lets the load hit both alike. The other checkout's ``paged_lab`` is copied into a
 temporary folder under the name ``paged_lab_before`` (its imports renamed), so both can be loaded.
+Either may have either layout: ``simulate`` in ``paged_lab.sim`` (since c3293f6) or in ``paged_lab.sched``.
 
     git worktree add --detach /tmp/before <commit>
     .venv/bin/python benchmarks/sim_before_after.py /tmp/before            # 1,000 requests
