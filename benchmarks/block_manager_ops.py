@@ -9,14 +9,21 @@ the median time per cycle and the ratio large / small (target: <= 1.5x).
 
     .venv/bin/python benchmarks/block_manager_ops.py            # about a minute
     .venv/bin/python benchmarks/block_manager_ops.py --quick     # fewer repeats
+    .venv/bin/python benchmarks/block_manager_ops.py --before /tmp/before   # this checkout against another
+
+``--before CHECKOUT`` times the same cycle over the other checkout's BlockManager (its ``paged_lab`` copied as
+``paged_lab_before``, as ``sim_before_after.py`` does) and this one's, in a pool of 1,000 blocks, alternating
+chunk by chunk in one process and in CPU time, so other load on a shared machine hits both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import statistics
 import time
+from pathlib import Path
 
 from paged_lab.memory import BlockManager
 
@@ -25,10 +32,10 @@ PROMPT = 64
 GENERATE = 16
 
 
-def make_manager(num_blocks: int, caching: bool) -> BlockManager:
+def make_manager(num_blocks: int, caching: bool, manager_class=BlockManager) -> BlockManager:
     """Other sequences take half the pool, then every other one finishes: the free queue mixes
     never-used blocks with freed (with caching: still cached) blocks from all over the pool."""
-    bm = BlockManager(num_blocks, BLOCK_SIZE, enable_prefix_caching=caching)
+    bm = manager_class(num_blocks, BLOCK_SIZE, enable_prefix_caching=caching)
     blocks_per_seq = -(-(PROMPT + GENERATE) // BLOCK_SIZE)
     for i in range(num_blocks // 2 // blocks_per_seq):
         bm.allocate(("bg", i), [i] * PROMPT)
@@ -39,16 +46,16 @@ def make_manager(num_blocks: int, caching: bool) -> BlockManager:
     return bm
 
 
-def time_cycles(bm: BlockManager, cycles: int, start: int) -> float:
+def time_cycles(bm: BlockManager, cycles: int, start: int, clock=time.perf_counter) -> float:
     """Seconds per allocate + appends + free cycle (unique prompts: no prefix hits)."""
-    t0 = time.perf_counter()
+    t0 = clock()
     for c in range(start, start + cycles):
         prompt = [c] * (PROMPT - 1) + [-c]
         bm.allocate(c, prompt)
         for t in range(GENERATE):
             bm.append_token(c, t)
         bm.free(c)
-    dt = time.perf_counter() - t0
+    dt = clock() - t0
     bm.events.clear()  # keep the log from growing across repeats
     return dt / cycles
 
@@ -70,12 +77,46 @@ def compare(small: int, large: int, caching: bool, repeats: int, cycles: int) ->
     return statistics.median(times[small]), statistics.median(times[large])
 
 
+def compare_checkouts(checkout: Path, caching: bool, repeats: int, cycles: int,
+                      num_blocks: int = 1_000) -> tuple[float, float]:
+    """Median CPU seconds per cycle of ``checkout``'s BlockManager and of this one's, taking turns."""
+    path = Path(__file__).with_name("sim_before_after.py")  # (its loader: the other checkout as paged_lab_before)
+    spec = importlib.util.spec_from_file_location("sim_before_after", path)
+    sim_before_after = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim_before_after)
+    before_class = sim_before_after.load_before(checkout).BlockManager
+    managers = {"before": make_manager(num_blocks, caching, before_class),
+                "after": make_manager(num_blocks, caching)}
+    gc.collect()
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for r in range(repeats + 1):
+        for name in (("before", "after") if r % 2 else ("after", "before")):
+            t = time_cycles(managers[name], cycles, 10**9 + r * cycles, clock=time.process_time)
+            if r:  # the first round warms up
+                times[name].append(t)
+    return statistics.median(times["before"]), statistics.median(times["after"])
+
+
+def main_before_after(checkout: Path, repeats: int, cycles: int) -> None:
+    ops_per_cycle = 1 + GENERATE + 1
+    print(f"{checkout} (before) against this checkout (after), 1,000 blocks, CPU time, median of {repeats} x "
+          f"{cycles} alternating cycles")
+    for caching in (False, True):
+        times = compare_checkouts(checkout, caching, repeats, cycles)
+        before, after = (1e6 * t / ops_per_cycle for t in times)
+        print(f"  prefix caching {'on ' if caching else 'off'}  before {before:5.2f} us/op   "
+              f"after {after:5.2f} us/op   after/before {after / before:4.2f}x")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     ap.add_argument("--sizes", type=int, nargs=2, default=(1_000, 1_000_000), metavar=("SMALL", "LARGE"))
+    ap.add_argument("--before", type=Path, metavar="CHECKOUT", help="compare with another checkout instead")
     args = ap.parse_args(argv)
     repeats, cycles = (6, 200) if args.quick else (30, 500)
+    if args.before:
+        return main_before_after(args.before, repeats, cycles)
     small, large = args.sizes
     ops_per_cycle = 1 + GENERATE + 1
     print(f"one cycle = allocate({PROMPT} tokens) + {GENERATE} x append_token + free, block_size={BLOCK_SIZE}; "

@@ -4,6 +4,7 @@ A refactor must report its speed before and after. Run one after the other, two 
 different machine load (this project's machines are small and shared); alternating the runs inside
 one process lets the load hit both alike. The other checkout's ``paged_lab`` is copied into a
 temporary folder under the name ``paged_lab_before`` (its imports renamed), so both can be loaded.
+Either may have either layout: ``simulate`` in ``paged_lab.sim`` (since c3293f6) or in ``paged_lab.sched``.
 
     git worktree add --detach /tmp/before <commit>
     .venv/bin/python benchmarks/sim_before_after.py /tmp/before            # 1,000 requests
@@ -26,29 +27,43 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-import paged_lab.sched as after
+
+def simulation_api(package: str) -> SimpleNamespace:
+    """``simulate``, ``paged``, ``workloads``, ``BlockManager`` and ``ContiguousAllocator`` of ``package``, in
+    either layout: simulate() in ``<package>.sim`` (since c3293f6) or in ``<package>.sched`` (before)."""
+    memory = importlib.import_module(f"{package}.memory")
+    try:
+        sim = importlib.import_module(f"{package}.sim")
+        contiguous = memory.ContiguousAllocator
+    except ModuleNotFoundError:
+        sim = importlib.import_module(f"{package}.sched")
+        contiguous = sim.ContiguousAllocator
+    return SimpleNamespace(simulate=sim.simulate, paged=sim.paged, workloads=sim.workloads,
+                           BlockManager=memory.BlockManager, ContiguousAllocator=contiguous)
 
 
-def load_before(checkout: Path):
-    """The other checkout's ``paged_lab.sched``, imported as ``paged_lab_before.sched``."""
+def load_before(checkout: Path) -> SimpleNamespace:
+    """The other checkout's ``paged_lab``, imported as ``paged_lab_before``: its simulation API."""
     src = checkout / "paged_lab"
-    if not (src / "sched").is_dir():
-        raise SystemExit(f"checkout: {checkout} has no paged_lab/sched (give the root of a paged-lab checkout)")
+    if not (src / "memory").is_dir():
+        raise SystemExit(f"checkout: {checkout} has no paged_lab/memory "
+                         "(give the root of a paged-lab checkout)")
     tmp = Path(tempfile.mkdtemp(prefix="paged_lab_before_"))
     dst = tmp / "paged_lab_before"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
     for py in dst.rglob("*.py"):
         py.write_text(re.sub(r"\bpaged_lab\b", "paged_lab_before", py.read_text()))
     sys.path.insert(0, str(tmp))
-    return importlib.import_module("paged_lab_before.sched"), importlib.import_module("paged_lab_before.memory")
+    return simulation_api("paged_lab_before")
 
 
-def cpu_seconds(sched_mod, make_allocator, workload) -> float:
-    allocator = make_allocator(sched_mod)
+def cpu_seconds(api: SimpleNamespace, make_allocator, workload) -> float:
+    allocator = make_allocator(api)
     gc.collect()
     t0 = time.process_time()
-    sched_mod.simulate(workload, allocator, {"max_num_seqs": 256})
+    api.simulate(workload, allocator, {"max_num_seqs": 256})
     return time.process_time() - t0
 
 
@@ -58,26 +73,23 @@ def main() -> None:
     ap.add_argument("-n", "--requests", type=int, default=1_000)
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
-    before, before_memory = load_before(args.checkout)
-    from paged_lab.memory import BlockManager
-
+    before, after = load_before(args.checkout), simulation_api("paged_lab")
     variants = {
-        "paged, no event log": (lambda m: m.paged(2048, 16), None),
-        "paged, event log on": (lambda m: before_memory.BlockManager(2048, 16), lambda m: BlockManager(2048, 16)),
-        "contiguous (max_seq_len 128)": (lambda m: m.ContiguousAllocator(2048 * 16, 128), None),
+        "paged, no event log": lambda m: m.paged(2048, 16),
+        "paged, event log on": lambda m: m.BlockManager(2048, 16),
+        "contiguous (max_seq_len 128)": lambda m: m.ContiguousAllocator(2048 * 16, 128),
     }
     print(f"{args.requests:,} requests, median of {args.repeats} alternating runs (CPU time)")
-    for label, (make_before, make_after) in variants.items():
-        make_after = make_after or make_before
-        workloads = {m: m.workloads.uniform(args.requests, prompt_len=(16, 64), output_len=(8, 64), seed=0)
-                     for m in (before, after)}
-        times = {before: [], after: []}
+    for label, make in variants.items():
+        workloads = [m.workloads.uniform(args.requests, prompt_len=(16, 64), output_len=(8, 64), seed=0)
+                     for m in (before, after)]
+        times_before, times_after = [], []
         for _ in range(args.repeats):
-            times[before].append(cpu_seconds(before, make_before, workloads[before]))
-            times[after].append(cpu_seconds(after, make_after, workloads[after]))
-        tokens = sum(r.max_tokens for r in workloads[after])
-        t_before, t_after = statistics.median(times[before]), statistics.median(times[after])
-        best = min(times[after]) / min(times[before])  # other load only adds time: the best runs agree more
+            times_before.append(cpu_seconds(before, make, workloads[0]))
+            times_after.append(cpu_seconds(after, make, workloads[1]))
+        tokens = sum(r.max_tokens for r in workloads[1])
+        t_before, t_after = statistics.median(times_before), statistics.median(times_after)
+        best = min(times_after) / min(times_before)  # other load only adds time: the best runs agree more
         print(f"  {label:30s} before {1e6 * t_before / tokens:6.2f} us/token   after {1e6 * t_after / tokens:6.2f}"
               f"   after/before {t_after / t_before:5.2f}x (best runs {best:4.2f}x)")
 

@@ -33,6 +33,8 @@ def check_token_ids(name: str, token_ids, error: type[Exception] = ValueError) -
     [1, 2, 3]
     """
     ids = token_ids if type(token_ids) is list else list(token_ids)
+    if len(ids) == 1 and type(ids[0]) is int:  # a decode's one token (every step): no array to build
+        return ids
     try:
         array("q", ids)  # one C loop that refuses what is not an integer (a prompt is checked per admission)
         return ids

@@ -181,3 +181,17 @@ def test_slot_map_draws_each_reservation_at_its_own_size():
     m = slot_map(old, {})
     assert [o for o, _ in m] == ["a"] * 3 + ["b"] * 6 + [None] * 3
     assert [full for _, full in m] == [True, True, False, True] + [False] * 8
+
+
+def test_both_allocators_answer_the_interface_the_scheduler_drives():
+    from paged_lab.memory import BlockManager, KVCacheAllocator
+
+    paged, old = BlockManager(8, 4), ContiguousAllocator(60, 12)
+    assert isinstance(paged, KVCacheAllocator) and isinstance(old, KVCacheAllocator)
+    assert not isinstance(object(), KVCacheAllocator)
+    assert (paged.max_slots_per_seq, old.max_slots_per_seq) == (32, 12)
+    old.allocate("a", [1, 2, 3])
+    assert (old.used_slots, old.reserved_slots, old.external_fragmentation) == (3, 12, 0)
+    paged.allocate("a", [1, 2, 3, 4, 5])
+    assert (paged.used_slots, paged.reserved_slots, paged.external_fragmentation) == (5, 8, 0)
+

@@ -16,7 +16,6 @@ import pytest
 from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sched.scheduler import RequestTooLargeError
-from paged_lab.sim.fastpath import FastScheduler
 from paged_lab.sim.kv_check import KVContentChecker, StaleKVRead
 
 VOCAB = 11  # few token ids: unrelated prompts share blocks by chance too
@@ -48,7 +47,7 @@ def random_config(rng: random.Random) -> dict:
         block_size=bs, num_blocks=-(-longest // bs) + rng.randrange(0, 8),
         max_num_seqs=rng.randrange(1, 6), budget=budget, requests=requests,
         preemption=rng.choice(["recompute", "recompute", "swap"]), num_cpu_blocks=rng.randrange(0, 12),
-        scheduler=rng.choice([Scheduler, FastScheduler]), mode=rng.choice(["continuous", "continuous", "static"]),
+        scheduler=Scheduler, mode=rng.choice(["continuous", "continuous", "static"]),
         eos=rng.choice([None, 0]), allocation=rng.choice(["v1", "whole_prompt"]), reuse=rng.choice(["v1", "lru"]),
     )
 

@@ -76,10 +76,9 @@ def test_a_preempted_request_shows_its_stall_as_one_long_inter_token_gap():
 
 def _output_steps(res, row):
     """The victim's output steps, rebuilt from a second identical run (the rows keep no lists)."""
-    from paged_lab.sched import Sequence
-    from paged_lab.sim.fastpath import FastScheduler
+    from paged_lab.sched import Scheduler, Sequence
 
-    sched = FastScheduler(paged(4, 4), max_num_seqs=2)
+    sched = Scheduler(paged(4, 4), max_num_seqs=2)
     seqs = [Sequence(i, r.prompt_token_ids, r.max_tokens, None, True) for i, r in
             enumerate(workloads.fixed(2, prompt_len=8, output_len=8))]
     for s in seqs:

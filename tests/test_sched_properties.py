@@ -52,7 +52,7 @@ def drive(sched, reqs, bound, fork_every=0):
         done += sched.update(out, [7 + step] * len(out.sampling))
         if fork_every:
             for parent in list(sched.running):
-                if (parent.num_output_tokens == 1 and parent.num_computed_tokens >= parent.prefill_end
+                if (parent.num_output_tokens == 1 and parent.num_computed_tokens >= parent.num_prefill_tokens
                         and "." not in str(parent.seq_id) and (parent.seq_id + step) % fork_every == 0
                         and len(sched.running) < sched.max_num_seqs):
                     child = Sequence(f"{parent.seq_id}.1", parent.prompt_token_ids, parent.max_tokens)

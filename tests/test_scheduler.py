@@ -241,7 +241,7 @@ def test_bad_config_names_the_argument(kwargs, arg):
 def test_empty_pool_and_duplicate_requests():
     with pytest.raises(ValueError, match="num_blocks"):
         BlockManager(0, 16)
-    with pytest.raises(ValueError, match="block_manager"):
+    with pytest.raises(ValueError, match="allocator"):
         Scheduler(None, max_num_seqs=1)
     sched = Scheduler(BlockManager(4, 4), max_num_seqs=1)
     sched.add_request(Sequence("a", [1], 1))
@@ -260,3 +260,16 @@ def test_the_most_recently_admitted_is_preempted_first():
     # a takes the last free block; b needs one, so d (the newest) goes; c then finds none and goes itself
     assert out.preempted == [d, c] and [e.seq for e in out.scheduled] == [a, b]
     assert list(sched.waiting) == [c, d]  # back at the front, in their original order
+
+
+def test_eos_and_length_stops():
+    sched = Scheduler(BlockManager(8, 4), max_num_seqs=3)
+    a, b = Sequence("a", [1, 2], 5, eos_token_id=0), Sequence("b", [3], 2, eos_token_id=0, ignore_eos=True)
+    sched.add_request(a)
+    sched.add_request(b)
+    out = sched.schedule()
+    assert sched.update(out, [9, 0]) == []  # b ignores its EOS
+    out = sched.schedule()
+    assert sched.update(out, [0, 0]) == [a, b]
+    assert (a.finish_reason, b.finish_reason) == ("stop", "length")
+    assert a.output_token_ids == [9, 0] and b.output_token_ids == [0, 0] and a.first_token_step == 0

@@ -30,11 +30,12 @@ def vllm_ids(blocks: list[int]) -> list[int]:
     return [b + 1 for b in blocks]
 
 
-def replay(scenario: dict, scheduler_class=Scheduler) -> int:
+def replay(scenario: dict) -> int:
     """Drive our Scheduler through ``scenario`` and compare each step with vLLM's. Returns the steps."""
     cfg = scenario["config"]
     bm = BlockManager(cfg["num_blocks"] - 1, cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"])
-    sched = scheduler_class(bm, max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"])
+    sched = Scheduler(bm, max_num_seqs=cfg["max_num_seqs"],
+                      max_num_batched_tokens=cfg["max_num_batched_tokens"])
     requests = {r["id"]: r for r in scenario["requests"]}
     seqs: dict[str, Sequence] = {}
     for want in scenario["steps"]:
@@ -71,13 +72,6 @@ def replay(scenario: dict, scheduler_class=Scheduler) -> int:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_the_scheduler_makes_vllm_v1s_decisions(name):
     assert replay(SCENARIOS[name]) == len(SCENARIOS[name]["steps"])
-
-
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_the_fast_scheduler_makes_the_same_decisions(name):
-    from paged_lab.sim.fastpath import FastScheduler
-
-    replay(SCENARIOS[name], FastScheduler)
 
 
 def test_the_traces_cover_what_they_claim():

@@ -294,7 +294,8 @@ class LLM:
         # reset the whole cache rather than pick out the unwritten blocks (forget_uncomputed_cache is not
         # called on purpose: the simple, safe choice).
         stale_cache = self._step_open or any(
-            s.status is SequenceStatus.RUNNING and s.num_computed_tokens < s.prefill_end for s in unfinished)
+            s.status is SequenceStatus.RUNNING and s.num_computed_tokens < s.num_prefill_tokens
+            for s in unfinished)
         for seq in unfinished:
             self._abort_seq(seq)
         ids = {s.seq_id for s in unfinished}
@@ -305,7 +306,7 @@ class LLM:
             self._forget(req)
         reset = stale_cache and self.enable_prefix_caching
         if reset:
-            self.scheduler.block_manager.reset_prefix_cache()
+            self.block_manager.reset_prefix_cache()
         self._step_open = False
         if aborted:
             warnings.warn(

@@ -1,5 +1,6 @@
 """Paged KV-cache memory: a block pool, block tables, copy-on-write, prefix caching, an event log;
-and the contiguous allocator it replaces (one reservation per request, notebook 02).
+and the contiguous allocator it replaces (one reservation per request, notebook 02). The Scheduler drives
+either through one interface, ``KVCacheAllocator`` (``allocator.py``).
 
     from paged_lab.memory import BlockManager
     bm = BlockManager(num_blocks=8, block_size=4, enable_prefix_caching=True)
@@ -8,6 +9,7 @@ and the contiguous allocator it replaces (one reservation per request, notebook 
     bm.free("req-0")
 """
 
+from paged_lab.memory.allocator import KVCacheAllocator
 from paged_lab.memory.block_manager import BlockManager, BlockManagerStats, CowAction
 from paged_lab.memory.block_pool import BlockPool
 from paged_lab.memory.contiguous import ContiguousAllocator
@@ -24,7 +26,7 @@ from paged_lab.memory.events import KINDS, Event, PoolState, replay
 from paged_lab.memory.prefix_cache import block_hashes, hash_block
 
 __all__ = [
-    "BlockManager", "BlockManagerStats", "CowAction", "BlockPool", "ContiguousAllocator",
+    "KVCacheAllocator", "BlockManager", "BlockManagerStats", "CowAction", "BlockPool", "ContiguousAllocator",
     "BlockManagerError", "DuplicateSequence", "InvalidArgument", "InvalidBlockConfig", "InvalidTokenId",
     "OutOfBlocks",
     "UnknownSequence", "KINDS", "Event", "PoolState", "replay", "block_hashes", "hash_block",

@@ -9,7 +9,9 @@ The manager never touches tensors: it decides *where* every token's K and V go. 
 a block (copy-on-write) it returns a :class:`CowAction` and the caller copies the KV tensors.
 
 Every operation checks first, then changes state: an exception leaves the manager as it was.
-Vocabulary and split follow vLLM's KVCacheManager and nano-vllm's ``block_manager.py``.
+Vocabulary and split follow vLLM's KVCacheManager and nano-vllm's ``block_manager.py``. The Scheduler
+drives it through the small interface of ``paged_lab.memory.allocator`` (KVCacheAllocator), which the
+ContiguousAllocator answers too.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ class CowAction(NamedTuple):
 
 
 @dataclass(slots=True)
-class _Seq:  # what the manager knows about one sequence
+class SequenceBlocks:
+    """What the manager knows about one sequence: its block table and the tokens its blocks hold.
+    (The scheduler's view of the same request is a ``paged_lab.sched.Sequence``.)"""
+
     table: list[int]  # physical block ids, in logical order
     token_ids: list[int]  # every token that has a slot: the block contents
     hashes: list[bytes] = field(default_factory=list)  # chained hash of each full block (caching on)
@@ -76,8 +81,12 @@ class BlockManager:
         self.events: list[Event] = []
         self.stats = BlockManagerStats()
         self.clock = 0  # stamped on every event; a scheduler sets it to its step number
-        self._seqs: dict[Hashable, _Seq] = {}
-        self._used_slots = 0  # slots of used blocks that hold a token (a shared slot counts once)
+        self._seqs: dict[Hashable, SequenceBlocks] = {}
+        # Slots of used blocks that hold a token, a shared slot once (``usage`` reads it every step, so it is
+        # kept as a count, not summed over the tables). Three operations move it, each by one rule: allocate
+        # (the new table's tokens, except those in blocks another table holds), append_tokens (the tokens,
+        # and a copy-on-write's copy) and free (the tokens of the blocks no other table holds).
+        self._used_slots = 0
 
     # -- queries ------------------------------------------------------------------------------
     @property
@@ -91,7 +100,34 @@ class BlockManager:
     @property
     def usage(self) -> float:
         """Fraction of all token slots that hold a token of a live sequence (shared slots once)."""
-        return self._used_slots / (self.num_blocks * self.block_size)
+        return self.used_slots / (self.num_blocks * self.block_size)
+
+    @property
+    def used_slots(self) -> int:
+        """Slots that hold a token of a live sequence (a slot shared by several tables counts once)."""
+        return self._used_slots
+
+    @property
+    def reserved_slots(self) -> int:
+        """Slots of the blocks some table holds, whether they hold a token yet or not."""
+        return self.num_used_blocks * self.block_size
+
+    @property
+    def external_fragmentation(self) -> int:
+        """Free slots no request can use: none. Any free block takes any sequence's next tokens."""
+        return 0
+
+    @property
+    def max_slots_per_seq(self) -> int:
+        """The most slots one sequence can hold: every block of the pool."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def max_slots_per_seq_reason(self) -> str:
+        return f"num_blocks={self.num_blocks} x block_size={self.block_size}"
+
+    def __repr__(self) -> str:
+        return f"BlockManager(num_blocks={self.num_blocks}, block_size={self.block_size})"
 
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._seqs
@@ -100,7 +136,7 @@ class BlockManager:
     def seq_ids(self) -> list[Hashable]:
         return list(self._seqs)
 
-    def _seq(self, seq_id) -> _Seq:
+    def _seq(self, seq_id) -> SequenceBlocks:
         try:
             return self._seqs[seq_id]
         except (KeyError, TypeError):
@@ -126,7 +162,7 @@ class BlockManager:
         """Blocks that ``num_tokens`` tokens occupy: ceil(num_tokens / block_size)."""
         return cdiv(num_tokens, self.block_size)
 
-    def _tokens_in_block(self, s: _Seq, i: int) -> int:
+    def _tokens_in_block(self, s: SequenceBlocks, i: int) -> int:
         """Tokens held by the ``i``-th block of ``s``'s table: full, except maybe the last."""
         return min(self.block_size, len(s.token_ids) - i * self.block_size)
 
@@ -171,15 +207,12 @@ class BlockManager:
             "num_tokens", num_tokens, minimum=0, error=InvalidArgument))
         return new_blocks + copy_tail
 
-    def _append_plan(self, s: _Seq, num_tokens: int) -> tuple[int, bool]:
+    def _append_plan(self, s: SequenceBlocks, num_tokens: int) -> tuple[int, bool]:
         """(new blocks that ``num_tokens`` more tokens open, whether the last block must be copied first:
-        it is partly filled and shared)."""
-        if not num_tokens:
-            return 0, False
-        n = len(s.token_ids)
-        filled = n % self.block_size
-        new_blocks = (filled + num_tokens - 1) // self.block_size + (not filled)
-        return new_blocks, bool(filled) and self.pool.refcounts[s.table[-1]] > 1
+        some of them go into it while it is partly filled and shared)."""
+        room = -len(s.token_ids) % self.block_size  # free slots left in the last block
+        new_blocks = cdiv(num_tokens - room, self.block_size) if num_tokens > room else 0
+        return new_blocks, room > 0 and num_tokens > 0 and self.pool.refcounts[s.table[-1]] > 1
 
     def can_append(self, seq_id, num_tokens: int = 1) -> bool:
         return self.blocks_needed_to_append(seq_id, num_tokens) <= self.num_free_blocks
@@ -232,11 +265,12 @@ class BlockManager:
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
-        s = self._seqs[seq_id] = _Seq([], token_ids, hashes, extra_key, num_hit, len(hits))
+        already_held = sum(self.pool.refcounts[b] > 0 for b in hits)  # hits another table holds now
+        s = self._seqs[seq_id] = SequenceBlocks([], token_ids, hashes, extra_key, num_hit, len(hits))
         self._reuse_cached_blocks(s, seq_id, hits, num_queried)
         for _ in range(self.blocks_for(n) - len(hits)):  # the new blocks: full, except maybe the last
             s.table.append(self._take_block(seq_id))
-        self._used_slots += n - s.num_cached_tokens
+        self._used_slots += n - already_held * self.block_size
         self._emit("allocate", seq_id, s.table, n)
         self._cache_full_blocks(s, seq_id, min(to_cache, n))
         return list(s.table)
@@ -245,11 +279,13 @@ class BlockManager:
         """Offer to the prefix cache the full blocks among ``seq_id``'s first ``num_tokens`` tokens. Call it
         once their KV is computed, or is computed in the current step before any request reads it (every
         layer stores the whole step's K/V before it attends)."""
+        if not self.enable_prefix_caching:  # nothing is ever cached (the Scheduler calls this every step)
+            return
         s = self._seq(seq_id)
         self._cache_full_blocks(s, seq_id, check_int("num_tokens", num_tokens, minimum=0,
                                                      maximum=len(s.token_ids), error=InvalidArgument))
 
-    def _cache_full_blocks(self, s: _Seq, seq_id, num_tokens: int) -> None:
+    def _cache_full_blocks(self, s: SequenceBlocks, seq_id, num_tokens: int) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens that are not registered yet."""
         if not self.enable_prefix_caching:
             return
@@ -262,15 +298,13 @@ class BlockManager:
         if newly_cached:  # these blocks can be reused from now on
             self._emit("cache", seq_id, newly_cached)
 
-    def _reuse_cached_blocks(self, s: _Seq, seq_id, hits: list[int], num_queried: int) -> None:
+    def _reuse_cached_blocks(self, s: SequenceBlocks, seq_id, hits: list[int], num_queried: int) -> None:
         """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
         must never evict them). ``num_queried``: the tokens looked up (the stats count them)."""
         if self.enable_prefix_caching:
             self.stats.prefix_cache_queries += num_queried
             self.stats.prefix_cache_hits += s.num_cached_tokens
-        for b in hits:
-            if self.pool.refcounts[b] == 0:
-                self._used_slots += self.block_size  # a cached block revived from the free queue
+        for b in hits:  # (a hit waiting in the free queue leaves it: a finished sequence's cached block)
             self.pool.touch(b)
             s.table.append(b)
         if hits:
@@ -282,41 +316,41 @@ class BlockManager:
 
         The token's KV is computed in the step that appends it, so a block it fills is offered to the
         prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
-        return self._append(self._seq(seq_id), seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
+        return self.append_tokens(seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
 
     def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
         """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
-        prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing; returns a
-        CowAction when the partly filled last block was shared and had to be copied first."""
-        return self._append(self._seq(seq_id), seq_id, check_token_ids("token_ids", token_ids, error=InvalidTokenId))
-
-    def _append(self, s: _Seq, seq_id, token_ids: list[int]) -> CowAction | None:
+        prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing: raises OutOfBlocks,
+        changing nothing, when the free blocks are too few. Returns a CowAction when the partly filled last
+        block was shared and had to be copied first."""
+        s = self._seq(seq_id)
+        token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
         if not token_ids:
             return None
-        n = len(s.token_ids)  # tokens before these
         new_blocks, copy_tail = self._append_plan(s, len(token_ids))
-        if new_blocks + copy_tail > self.num_free_blocks:
+        free = self.pool.num_free_blocks
+        if new_blocks + copy_tail > free:
             cow = " (with a copy-on-write of its shared last block)" if copy_tail else ""
-            raise OutOfBlocks(new_blocks + copy_tail, self.num_free_blocks,
-                              f"append_tokens(seq_id={seq_id!r}, {len(token_ids)} tokens) at {n} tokens{cow}")
-        new_hashes = self._hashes_of_new_full_blocks(s, token_ids)  # (before any change: all-or-nothing)
+            raise OutOfBlocks(new_blocks + copy_tail, free, f"append_tokens(seq_id={seq_id!r}, "
+                              f"{len(token_ids)} tokens) at {len(s.token_ids)} tokens{cow}")
+        # (hashed before any change: all-or-nothing)
+        new_hashes = self._hashes_of_new_full_blocks(s, token_ids) if self.enable_prefix_caching else None
         cow = self._copy_on_write(s, seq_id) if copy_tail else None  # the last block is shared: copy it
-        touched = [s.table[-1]] if n % self.block_size else []
+        copied = len(s.token_ids) % self.block_size if copy_tail else 0  # the tokens the copy holds
         for _ in range(new_blocks):  # the blocks these tokens open
             s.table.append(self._take_block(seq_id))
-            touched.append(s.table[-1])
         s.token_ids.extend(token_ids)
-        self._used_slots += len(token_ids)
-        self._emit("append", seq_id, touched, len(s.token_ids))
+        self._used_slots += len(token_ids) + copied
+        if self.record_events:  # the blocks the tokens went to: the last one if it had room, and the new ones
+            first_touched = (len(s.token_ids) - len(token_ids)) // self.block_size
+            self._emit("append", seq_id, s.table[first_touched:], len(s.token_ids))
         if new_hashes:  # the tokens filled blocks: later prompts may reuse them
             s.hashes.extend(new_hashes)
             self._cache_full_blocks(s, seq_id, len(s.token_ids))
         return cow
 
-    def _hashes_of_new_full_blocks(self, s: _Seq, token_ids: list[int]) -> list[bytes]:
+    def _hashes_of_new_full_blocks(self, s: SequenceBlocks, token_ids: list[int]) -> list[bytes]:
         """The chained hash of each block that ``token_ids``, appended to ``s``, fill (caching on)."""
-        if not self.enable_prefix_caching:
-            return []
         bs, n = self.block_size, len(s.token_ids)
         first, end = n // bs, (n + len(token_ids)) // bs  # the blocks [first, end) become full
         if first == end:
@@ -328,14 +362,13 @@ class BlockManager:
             hashes.append(parent)
         return hashes
 
-    def _copy_on_write(self, s: _Seq, seq_id) -> CowAction:
+    def _copy_on_write(self, s: SequenceBlocks, seq_id) -> CowAction:
         """Give ``s`` its own copy of its shared, partly filled last block."""
         if not self.num_free_blocks:
             raise OutOfBlocks(1, 0, f"copy-on-write for append_token(seq_id={seq_id!r})")
         src = s.table[-1]
         dst = self._take_block(seq_id)
         self.pool.release(src)  # its refcount was > 1: the other tables still hold it
-        self._used_slots += self._tokens_in_block(s, len(s.table) - 1)  # the copied tokens
         s.table[-1] = dst
         self.stats.num_cow += 1
         self._emit("cow", seq_id, (src, dst), len(s.token_ids))
@@ -348,8 +381,8 @@ class BlockManager:
             raise DuplicateSequence(child_id)
         for b in p.table:
             self.pool.touch(b)
-        self._seqs[child_id] = _Seq(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
-                                    p.num_cached_tokens, p.num_cached_blocks)
+        self._seqs[child_id] = SequenceBlocks(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
+                                              p.num_cached_tokens, p.num_cached_blocks)
         self._emit("fork", child_id, p.table, len(p.token_ids), parent_id)
         return list(p.table)
 

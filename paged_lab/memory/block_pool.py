@@ -107,8 +107,33 @@ REUSE = ("v1", "lru")
 
 
 class BlockPool:
-    """``num_blocks`` blocks of ``block_size`` slots: refcounts, the free queue, the prefix-cache index.
-    ``reuse``: where freed blocks join the free queue (see the module docstring)."""
+    """Every physical block of the KV cache, and which of them are free (notebook 03's lockers, in blocks).
+
+    ``BlockPool(num_blocks, block_size, reuse)`` holds ``num_blocks`` blocks of ``block_size`` token slots,
+    named by their ids ``0 .. num_blocks - 1``; it hands block ids out and takes them back, and never
+    sees a sequence or a tensor (block tables are the BlockManager's, K and V the engine's). It keeps:
+
+    * ``refcounts[b]``: how many block tables hold block ``b``. 0 means free; more than 1, shared (a
+      prefix-cache hit, or a forked sequence), so a write into it must copy it first (copy-on-write).
+    * ``free_queue``: the free blocks, in the order they will be handed out (``allocate`` takes the
+      front). Freed blocks join it where ``reuse`` says:
+
+      - ``"v1"`` (default; the order of vLLM V1's ``FreeKVCacheBlockQueue`` as ``BlockPool.free_blocks``
+        fills it): a block with no prefix-cache hash goes to the front (reused next), one with a hash to
+        the back (so cached content lives longest, and the least recently freed is evicted first);
+      - ``"lru"``: every freed block goes to the back (least recently freed handed out first).
+
+    * ``cached``: block hash -> the block holding that content, what a prefix-cache lookup finds; and
+      its inverse ``block_hash``: block -> its hash. A free block keeps its hash (and so stays findable)
+      until ``allocate`` hands it out for new content: that is an eviction. A hit on a free cached block
+      takes it out of the free queue again (``touch``).
+
+    >>> pool = BlockPool(num_blocks=4, block_size=16)
+    >>> pool.allocate(), pool.allocate(), pool.num_free_blocks   # (block id, evicted hash or None)
+    ((0, None), (1, None), 2)
+    >>> pool.free_blocks([0]), pool.peek_free(3)                 # v1: block 0 (no hash) is reused next
+    ([0], [0, 2, 3])
+    """
 
     def __init__(self, num_blocks: int, block_size: int, reuse: str = "v1"):
         if reuse not in REUSE:
@@ -127,7 +152,7 @@ class BlockPool:
     # -- counts -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_queue)
+        return self.free_queue.size
 
     @property
     def num_used_blocks(self) -> int:

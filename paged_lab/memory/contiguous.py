@@ -15,9 +15,10 @@ different sizes come and go and leave holes of different sizes between them, whi
 enough free slots for a newcomer while none of them alone is big enough (``largest_hole``,
 ``stranded_slots``).
 
-It speaks the same subset of the BlockManager API that the Scheduler uses (``can_allocate``,
-``allocate``, ``can_append``, ``append_token``, ``free``, ``usage`` ...), with ``block_size = 1``:
-a block table lists the reserved slots, so ``slot = block_table[pos]``.
+It answers the same interface as the BlockManager, the one the Scheduler drives
+(``paged_lab.memory.allocator.KVCacheAllocator``: ``can_allocate``, ``allocate``, ``append_tokens``,
+``free`` ...), with ``block_size = 1``: a block table lists the reserved slots, so
+``slot = block_table[pos]``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ class ContiguousAllocator:
         self._reserved = 0  # slots in all reservations
         self._used = 0
 
+    def __repr__(self) -> str:
+        return f"ContiguousAllocator(num_slots={self.num_slots}, max_seq_len={self.max_seq_len})"
+
     # -- queries -------------------------------------------------------------------------------
+    @property
+    def max_slots_per_seq(self) -> int:
+        """The most slots one sequence can hold: one reservation of ``max_seq_len``."""
+        return self.max_seq_len
+
+    @property
+    def max_slots_per_seq_reason(self) -> str:
+        return f"max_seq_len={self.max_seq_len}"
+
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._start
 

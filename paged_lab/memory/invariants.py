@@ -30,8 +30,8 @@ def check_invariants(bm) -> None:
             raise BlockManagerError(f"block {b}: refcount {bm.pool.refcounts[b]} but {holders[b]} tables")
         if (holders[b] == 0) != (b in bm.pool.free_queue):
             raise BlockManagerError(f"block {b}: refcount {holders[b]} disagrees with the free queue")
-    if sum(fill.values()) != bm._used_slots:
-        raise BlockManagerError(f"used slots {bm._used_slots} != {sum(fill.values())}")
+    if sum(fill.values()) != bm.used_slots:
+        raise BlockManagerError(f"used slots {bm.used_slots} != {sum(fill.values())}")
     for b, h in bm.pool.block_hash.items():
         if h not in bm.pool.cached or fill.get(b, bm.block_size) != bm.block_size:
             raise BlockManagerError(f"cached block {b} is not a full block under its hash")

@@ -6,12 +6,12 @@ draw the timeline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from paged_lab.sched.sequence import Sequence
 
 
-class ScheduledSeq(NamedTuple):
+@dataclass(slots=True)
+class ScheduledSeq:
     """Compute the KV of ``seq.token_ids[start:end]`` this step."""
 
     seq: Sequence

@@ -8,8 +8,9 @@ Each ``schedule()`` call, in this order (vLLM v1 / nano-vllm style):
 
 1. **Running sequences, oldest first.** Each computes its next tokens: the next chunk of its
    prefill, or (a decode) the token sampled last step. Those tokens need slots first
-   (``append_tokens``). When no block is free, the *most recently admitted* running sequence is
-   preempted (possibly the one asking), so the oldest always makes progress: no deadlock.
+   (``append_tokens``). When no block is free (the allocator raises ``OutOfBlocks``), the *most
+   recently admitted* running sequence is preempted (possibly the one asking), so the oldest always
+   makes progress: no deadlock.
 2. **Swapped sequences** come back (swap mode) before anyone new is admitted.
 3. **Waiting sequences, first come first served.** A request is admitted only when its whole
    prompt fits, its prefix-cache hits counted ("放得下才讓人進"); the queue head that does not fit
@@ -40,6 +41,8 @@ import sys
 from collections import deque
 
 from paged_lab._checks import check_int
+from paged_lab.memory.allocator import KVCacheAllocator
+from paged_lab.memory.errors import OutOfBlocks
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.sequence import Sequence, SequenceStatus
 from paged_lab.sched.swap import CpuSwapSpace
@@ -55,18 +58,19 @@ class RequestTooLargeError(ValueError):
 
 
 class Scheduler:
-    """Waiting / running / swapped queues over one allocator (BlockManager or ContiguousAllocator).
+    """Waiting / running / swapped queues over one ``allocator`` (a KVCacheAllocator: the paged
+    BlockManager or the ContiguousAllocator; the Scheduler never asks which).
 
     ``max_num_seqs`` is the number of windows; ``max_num_batched_tokens`` (optional) caps the tokens
     computed per step, which splits long prompts into chunks (chunked prefill). ``allocation``: when a
     prompt's blocks are allocated (see the module docstring).
     """
 
-    def __init__(self, block_manager, max_num_seqs: int, mode: str = "continuous",
+    def __init__(self, allocator: KVCacheAllocator, max_num_seqs: int, mode: str = "continuous",
                  preemption: str = "recompute", max_num_batched_tokens: int | None = None,
                  num_cpu_blocks: int | None = None, allocation: str = "v1"):
-        if block_manager is None:
-            raise ValueError("block_manager must be a BlockManager or ContiguousAllocator, got None")
+        if allocator is None:
+            raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if preemption not in PREEMPTION:
@@ -77,11 +81,10 @@ class Scheduler:
         self.max_num_seqs = check_int("max_num_seqs", max_num_seqs, minimum=1)
         self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
             "max_num_batched_tokens", max_num_batched_tokens, minimum=1)
-        self.block_manager = self.allocator = block_manager  # either kind: "allocator" says so
+        self.allocator = allocator
         self.mode, self.preemption = mode, preemption
-        self.block_size, self.num_blocks = block_manager.block_size, block_manager.num_blocks
-        # The most KV slots one sequence can ever hold: the whole pool, or one reservation.
-        self.max_slots_per_seq = getattr(block_manager, "max_seq_len", self.num_blocks * self.block_size)
+        self.block_size, self.num_blocks = allocator.block_size, allocator.num_blocks
+        self.max_slots_per_seq = allocator.max_slots_per_seq  # the whole pool, or one reservation
         self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
             "num_cpu_blocks", num_cpu_blocks, minimum=0)
         self.swap_space = CpuSwapSpace(self.num_cpu_blocks)
@@ -109,11 +112,9 @@ class Scheduler:
     def _check_fits(self, seq: Sequence) -> None:
         n, cap = seq.num_prompt_tokens, self.max_slots_per_seq
         if n > cap:
-            where = (f"max_seq_len={cap}" if hasattr(self.allocator, "max_seq_len")
-                     else f"num_blocks={self.num_blocks} x block_size={self.block_size}")
             raise RequestTooLargeError(
                 f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most {cap} slots fit one "
-                f"sequence ({where}); it can never be admitted")
+                f"sequence ({self.allocator.max_slots_per_seq_reason}); it can never be admitted")
         if seq.max_num_slots > cap:
             raise RequestTooLargeError(
                 f"max_tokens: seq {seq.seq_id!r} needs up to {seq.max_num_slots} slots ({n} prompt + "
@@ -151,7 +152,8 @@ class Scheduler:
         for seq in self.running:
             if budget <= 0:
                 break
-            num_new = min(len(seq) - seq.num_computed_tokens, budget)  # a chunk, or the one pending token
+            # a chunk of its prefill, or the one pending token
+            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
             if self._reserve_slots(seq, num_new, out):
                 budget -= self._schedule_tokens(seq, num_new, out)
         return budget
@@ -163,19 +165,18 @@ class Scheduler:
         always makes progress. Returns False when ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
-        while not self.allocator.can_append(seq.seq_id, len(new_tokens)):
-            victim = self.running.pop()
-            self._preempt(victim, out)
-            if victim is seq:
-                return False
-        self._give_slots(seq, new_tokens, out)
-        return True
-
-    def _give_slots(self, seq: Sequence, token_ids: list[int], out: SchedulerOutput) -> None:
-        """Append ``token_ids`` to ``seq``'s table (its last block is copied first if shared)."""
-        cow = self.allocator.append_tokens(seq.seq_id, token_ids)
-        if cow is not None:
-            out.cow_copies.append((cow.src, cow.dst))
+        while True:
+            try:
+                cow = self.allocator.append_tokens(seq.seq_id, new_tokens)
+            except OutOfBlocks:  # nothing changed (every allocator operation is all-or-nothing)
+                victim = self.running.pop()
+                self._preempt(victim, out)
+                if victim is seq:
+                    return False
+            else:
+                if cow is not None:  # its last block was shared: the engine copies it before the forward
+                    out.cow_copies.append((cow.src, cow.dst))
+                return True
 
     def _schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         """Compute ``seq``'s next ``num_new`` tokens this step (their slots exist). Returns ``num_new``.
@@ -187,12 +188,15 @@ class Scheduler:
         start = seq.num_computed_tokens
         end = start + num_new
         self.allocator.cache_blocks(seq.seq_id, end)
-        out.scheduled.append(ScheduledSeq(seq, start, end, start < seq.prefill_end, samples=end == len(seq)))
+        is_prefill, samples = start < seq.num_prefill_tokens, end == len(seq.token_ids)
+        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples))
         return num_new
 
     def _append_pending_token(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Give the token sampled last step its slot (its block is copied first if shared)."""
-        self._give_slots(seq, [seq.token_ids[-1]], out)
+        cow = self.allocator.append_tokens(seq.seq_id, [seq.token_ids[-1]])
+        if cow is not None:
+            out.cow_copies.append((cow.src, cow.dst))
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         """Step 3: waiting sequences, first come first served, while windows and budget last."""
@@ -206,7 +210,7 @@ class Scheduler:
             slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
             self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0, max_new_tokens=slots_now)
             seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
-            seq.prefill_end = len(seq)
+            seq.num_prefill_tokens = len(seq)
             seq.status = RUNNING
             if seq.first_scheduled_step is None:
                 seq.first_scheduled_step = out.step
@@ -237,7 +241,7 @@ class Scheduler:
         self.num_preemptions += 1
         out.preempted.append(seq)
         copies = None
-        if self.preemption == "swap" and seq.num_computed_tokens >= seq.prefill_end:  # not mid-prefill
+        if self.preemption == "swap" and seq.num_computed_tokens >= seq.num_prefill_tokens:  # not mid-prefill
             copies = self.swap_space.swap_out(seq.seq_id, self.allocator.block_table(seq.seq_id))
         self.allocator.free(seq.seq_id)
         if copies is not None:  # its KV waits in the CPU pool
@@ -245,7 +249,7 @@ class Scheduler:
             seq.status = SWAPPED
             self.swapped.appendleft(seq)  # victims go newest first, so older ones end up in front
         else:  # recompute: its KV is dropped, and computed again once it is readmitted
-            seq.num_computed_tokens = seq.prefill_end = 0
+            seq.num_computed_tokens = seq.num_prefill_tokens = 0
             seq.status = WAITING
             self.waiting.appendleft(seq)
 
@@ -283,7 +287,9 @@ class Scheduler:
             self._finish(seq, "stop", step)
         elif seq.num_output_tokens >= seq.max_tokens:
             self._finish(seq, "length", step)
-        return seq.is_finished
+        else:
+            return False
+        return True
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
         if seq.seq_id in self.allocator:
@@ -308,7 +314,7 @@ class Scheduler:
         """Parallel sampling: ``child`` (a new Sequence with the same prompt) shares every block of
         the running ``parent``. ``last_token_id`` replaces the child's copy of the parent's newest
         sampled token (it has no KV yet, so the two may differ without a copy)."""
-        if parent.status is not RUNNING or parent.num_computed_tokens < parent.prefill_end:
+        if parent.status is not RUNNING or parent.num_computed_tokens < parent.num_prefill_tokens:
             raise ValueError(f"parent {parent.seq_id!r} must be running with its prefill done to fork "
                              f"(status={parent.status.value})")
         if child.status is not WAITING or child.seq_id in self._live_ids:
@@ -321,7 +327,8 @@ class Scheduler:
         child.token_ids = list(parent.token_ids)
         if last_token_id is not None and pending:
             child.token_ids[-1] = last_token_id
-        child.num_computed_tokens, child.prefill_end = parent.num_computed_tokens, parent.prefill_end
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_prefill_tokens = parent.num_prefill_tokens
         child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
         child.output_steps = list(parent.output_steps)
         child.status = RUNNING

@@ -9,8 +9,7 @@ next decode step computes it (and samples the token after it).
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
-from collections.abc import Sequence as _Seq
+from collections.abc import Hashable, Iterable
 
 from paged_lab._checks import check_int
 
@@ -30,7 +29,7 @@ class Sequence:
     (3, 0, 'waiting')
     """
 
-    def __init__(self, seq_id: Hashable, prompt_token_ids: _Seq[int], max_tokens: int,
+    def __init__(self, seq_id: Hashable, prompt_token_ids: Iterable[int], max_tokens: int,
                  eos_token_id: int | None = None, ignore_eos: bool = False, arrival_step: int = 0,
                  name: str | None = None):
         prompt = list(prompt_token_ids)
@@ -44,7 +43,9 @@ class Sequence:
         self.eos_token_id = eos_token_id
         self.ignore_eos = bool(ignore_eos)
         self.num_computed_tokens = 0  # leading tokens whose KV is in the cache
-        self.prefill_end = 0  # tokens the current prefill computes (set by the scheduler on admission)
+        # Leading tokens the current prefill computes: the prompt, plus the outputs so far when a recompute
+        # preemption dropped their KV (set by the scheduler on admission). Tokens past it are decoded.
+        self.num_prefill_tokens = 0
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None  # "length" | "stop" | "abort" | engine's reason
         # Timing, in scheduler steps (one step = one round of the windows story).

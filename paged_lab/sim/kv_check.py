@@ -40,7 +40,7 @@ class KVContentChecker:
 
     def __init__(self, scheduler, split_store: bool = False):
         self.scheduler = scheduler
-        self.bm = scheduler.block_manager
+        self.bm = scheduler.allocator
         self.block_size = self.bm.block_size
         self.split_store = split_store
         self.slots: dict[int, int] = {}  # GPU slot -> name of the prefix whose KV it holds

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paged_lab.memory import BlockManager
-from paged_lab.memory.contiguous import ContiguousAllocator
+from paged_lab.memory.allocator import KVCacheAllocator
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
-from paged_lab.sim.fastpath import FastScheduler
 from paged_lab.sim.latency import latency_summary, token_gaps
 from paged_lab.sim.workloads import Request, Workload
 
@@ -71,27 +70,18 @@ class SimResult:
         return self.slot_maps[step]
 
 
-def memory_stats(allocator) -> tuple[int, int, int]:
+def memory_stats(allocator: KVCacheAllocator) -> tuple[int, int, int]:
     """``(used_slots, reserved_slots, external_frag_slots)`` of either allocator.
 
     Paged: a block is reserved once it is in some block table; any free block fits any request,
     so external fragmentation is 0 by construction.
     """
-    if isinstance(allocator, ContiguousAllocator):
-        return allocator.used_slots, allocator.reserved_slots, allocator.external_fragmentation
-    total = allocator.num_blocks * allocator.block_size
-    return (round(allocator.usage * total),
-            (allocator.num_blocks - allocator.num_free_blocks) * allocator.block_size, 0)
+    return allocator.used_slots, allocator.reserved_slots, allocator.external_fragmentation
 
 
-def slot_map(allocator, names: Mapping) -> list[tuple[str | None, bool]]:
-    """Owner name (or None) and 'holds a token' for every slot of the pool, for locker pictures."""
-    if isinstance(allocator, ContiguousAllocator):
-        out = [(None, False)] * allocator.num_slots
-        for sid, start, n in allocator.regions():
-            for i in range(allocator.reservation(sid)):
-                out[start + i] = (names.get(sid, str(sid)), i < n)
-        return out
+def slot_map(allocator: KVCacheAllocator, names: Mapping) -> list[tuple[str | None, bool]]:
+    """Owner name (or None) and 'holds a token' for every slot of the pool, for locker pictures.
+    (A contiguous reservation is a block table of ``block_size`` 1: its slots, in a row.)"""
     bs = allocator.block_size
     out = [(None, False)] * (allocator.num_blocks * bs)
     for sid in allocator.seq_ids:
@@ -116,8 +106,8 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
         if not isinstance(scheduler, Mapping):
             raise TypeError(f"scheduler must be a Scheduler or a dict of its arguments, got {type(scheduler).__name__}")
         kwargs = {"max_num_seqs": 256, **scheduler}
-        sched = FastScheduler(allocator, **kwargs)  # the Scheduler, with its per-token loops inlined
-    if sched.has_unfinished() or sched.step_count or getattr(sched.allocator, "seq_ids", []):
+        sched = Scheduler(allocator, **kwargs)
+    if sched.has_unfinished() or sched.step_count or sched.allocator.seq_ids:
         raise ValueError("scheduler: simulate() needs a fresh Scheduler and an empty allocator")
     return sched
 

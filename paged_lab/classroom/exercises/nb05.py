@@ -42,8 +42,8 @@ def _expect_preempt(running, free_blocks, block_size):
     sched = Scheduler(BlockManager(used + free_blocks, block_size), max_num_seqs=len(running))
     for i, n in enumerate(running):
         seq = Sequence(i, [0] * n, max_tokens=10**6)
-        sched.block_manager.allocate(i, seq.token_ids)
-        seq.num_computed_tokens = seq.prefill_end = n
+        sched.allocator.allocate(i, seq.token_ids)
+        seq.num_computed_tokens = seq.num_prefill_tokens = n
         seq.status = SequenceStatus.RUNNING
         seq.append_token(0)  # the token sampled last step: it needs a slot now
         sched.running.append(seq)
