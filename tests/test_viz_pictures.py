@@ -7,8 +7,9 @@ import pytest
 
 from paged_lab.memory import BlockManager
 from paged_lab.memory.prefix_cache import block_hashes
-from paged_lab.sched import Scheduler, Sequence
-from paged_lab.viz.chunks import Chunk, chunked_prefill_story, fig_chunked_steps, scheduled_chunks
+from paged_lab.sim import Request, simulate
+from paged_lab.sim.simulate import Chunk
+from paged_lab.viz.chunks import chunked_prefill_story, fig_chunked_steps
 from paged_lab.viz.hash_chain import fig_hash_chain, hash_chain
 from paged_lab.viz.overview import EngineOverview, engine_overview, fig_engine_overview, overview_boxes
 
@@ -76,13 +77,12 @@ def test_chunked_steps_figure_shows_each_requests_tokens_and_chunk_labels_per_st
         fig_chunked_steps([])
 
 
-def test_scheduled_chunks_joins_requests_at_their_step_and_checks_arrivals():
-    sched = Scheduler(BlockManager(16, 4), max_num_seqs=2)
-    steps = scheduled_chunks(sched, {0: [Sequence("a", [1, 2, 3], 2)], 2: [Sequence("b", [4, 5], 1)]})
+def test_simulate_records_each_steps_chunks_with_idle_steps_and_arrivals():
+    wl = [Request("a", (1, 2, 3), 2, 0), Request("b", (4, 5), 1, 2)]
+    steps = simulate(wl, BlockManager(16, 4), {"max_num_seqs": 2}, record_chunks=True).chunks
     assert steps[0] == [Chunk(0, "a", 0, 3, True)] and steps[1] == [Chunk(1, "a", 3, 4, False)]
     assert steps[2] == [Chunk(2, "b", 0, 2, True)] and len(steps) == 3  # idle steps are recorded too
-    with pytest.raises(ValueError, match="arrival steps"):
-        scheduled_chunks(Scheduler(BlockManager(4, 4), max_num_seqs=1), {-1: []})
+    assert simulate(wl, BlockManager(16, 4), {"max_num_seqs": 2}).chunks == []  # off by default
 
 
 # ------------------------------------------------------------------ the engine as a whole

@@ -11,8 +11,17 @@ no request reads another's tokens.
 """
 
 from paged_lab.sim import workloads
-from paged_lab.sim.simulate import SimResult, Span, memory_stats, paged, simulate, slot_map, synthetic_token
+from paged_lab.sim.simulate import (
+           Chunk,
+           SimResult,
+           Span,
+           memory_stats,
+           paged,
+           simulate,
+           slot_map,
+           synthetic_token,
+)
 from paged_lab.sim.workloads import Request, Workload
 
-__all__ = ["Request", "SimResult", "Span", "Workload", "memory_stats", "paged", "simulate", "slot_map",
+__all__ = ["Chunk", "Request", "SimResult", "Span", "Workload", "memory_stats", "paged", "simulate", "slot_map",
            "synthetic_token", "workloads"]

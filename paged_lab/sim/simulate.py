@@ -12,6 +12,7 @@ import heapq
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +48,21 @@ class Span:
     outcome: str
 
 
+class Chunk(NamedTuple):
+    """Request ``name`` computed the KV of its positions ``start:end`` in step ``step`` (a prompt chunk
+    when ``is_prefill``, else one decode token): one ``ScheduledSeq`` entry, as the timeline keeps it."""
+
+    step: int
+    name: str
+    start: int
+    end: int
+    is_prefill: bool
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+
 @dataclass
 class SimResult:
     timeline: dict[str, list]  # column -> one value per step (TIMELINE_COLUMNS)
@@ -56,6 +72,7 @@ class SimResult:
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (name, error message)
     slot_maps: dict[int, list[tuple[str | None, bool]]] = field(default_factory=dict)
     num_slots: int = 0
+    chunks: list[list[Chunk]] = field(default_factory=list)  # per step, in schedule order (record_chunks)
 
     @property
     def makespan(self) -> int:
@@ -113,14 +130,15 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
 
 
 def simulate(workload: Workload | list[Request], allocator=None, scheduler=None, *,
-             max_steps: int | None = None, record_slots: bool = False) -> SimResult:
+             max_steps: int | None = None, record_slots: bool = False, record_chunks: bool = False) -> SimResult:
     """Run ``workload`` through a Scheduler over ``allocator`` until every request finishes.
 
     ``allocator``: a fresh BlockManager (paged) or ContiguousAllocator (the old manager).
     ``scheduler``: a dict of Scheduler arguments (``max_num_seqs`` defaults to 256) or a fresh
     Scheduler on ``allocator``. Timeline rows show each step as its forward sees it (after
     ``schedule()``); the ``finished`` and token columns count what the step did. Requests that
-    can never fit go to ``rejected``. ``record_slots`` keeps a slot map per step (small pools).
+    can never fit go to ``rejected``. ``record_slots`` keeps a slot map per step (small pools);
+    ``record_chunks`` what each step computed, request by request (``SimResult.chunks``).
     Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
 
     Requests join the queue at their ``arrival_step``; the summary's latency (``ttft_steps_p90``, ``itl_...``,
@@ -134,7 +152,7 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     names = {seq.seq_id: seq.name for _, seq in arrivals}  # for slot maps
     token_base = [synthetic_token(r, 0) for r in range(len(reqs))]  # seq_id r's tokens: + position
     windows = _Windows(sched.max_num_seqs)
-    steps, rejected, done, slot_maps = [], [], [], {}
+    steps, rejected, done, slot_maps, chunks = [], [], [], {}, []
     while arrivals or sched.has_unfinished():
         step = len(steps)  # one timeline row per step, idle steps included
         _check_within(max_steps, step, sched)
@@ -146,22 +164,24 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
         forward_state = _forward_state(sched, total_slots)  # as this step's forward sees it
         if record_slots:
             slot_maps[step] = slot_map(sched.allocator, names)
+        if record_chunks:
+            chunks.append([Chunk(step, e.seq.name, e.start, e.end, e.is_prefill) for e in out.scheduled])
         finished = sched.update(out, sampled)
         windows.release(finished, step)
         done.extend(finished)
         steps.append((step, *forward_state, len(out.preempted), out.num_prefill_tokens,
                       out.num_decode_tokens, len(finished)))
-    return _result(steps, done, rejected, sched, windows, slot_maps, total_slots)
+    return _result(steps, done, rejected, sched, windows, slot_maps, total_slots, chunks)
 
 
-def _result(steps, done, rejected, sched, windows, slot_maps, total_slots) -> SimResult:
+def _result(steps, done, rejected, sched, windows, slot_maps, total_slots, chunks) -> SimResult:
     """The timeline columns, one row per request, and the summary (latency in steps included)."""
     cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS, zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
     rows = _request_rows(done, rejected)
     summary = _summary(cols, rows, sched)
     summary.update(latency_summary([s.ttft_steps for s in done], token_gaps(s.output_steps for s in done),
                                    [s.latency_steps for s in done], "steps"))
-    return SimResult(cols, rows, summary, windows.spans, rejected, slot_maps, total_slots)
+    return SimResult(cols, rows, summary, windows.spans, rejected, slot_maps, total_slots, chunks)
 
 
 def _sequences(reqs: list[Request]) -> list[tuple[int, Sequence]]:

@@ -1,7 +1,7 @@
 """Chunked prefill as a picture (notebook 05): step by step, what the Scheduler computed.
 
-``scheduled_chunks`` runs a real :class:`~paged_lab.sched.Scheduler` (requests join at their step) and
-records each step's ``ScheduledSeq`` entries as ``Chunk`` rows; ``fig_chunked_steps`` draws them: one
+``simulate(..., record_chunks=True)`` runs the real Scheduler (requests join at their step) and keeps
+each step's ``ScheduledSeq`` entries as ``Chunk`` rows; ``fig_chunked_steps`` draws them: one
 stacked bar per step, one colour per request, each prompt chunk labelled with the positions it computed
 (``[6:12]``), each decode ``decode``, and the step's token budget ``max_num_batched_tokens`` as a line.
 Nothing here decides anything the Scheduler does not.
@@ -9,63 +9,28 @@ Nothing here decides anything the Scheduler does not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from paged_lab.memory import BlockManager
-from paged_lab.sched import Scheduler
-from paged_lab.sched import Sequence as Request
+from paged_lab.sim import paged, simulate
+from paged_lab.sim.simulate import Chunk
+from paged_lab.sim.workloads import Request
 from paged_lab.viz.colors import seq_colors
-
-SAMPLED_TOKEN = 7  # the token every sampling entry "samples": the scheduler only counts tokens
-
-
-class Chunk(NamedTuple):
-    """``name`` computed the KV of its positions ``start:end`` in engine step ``step``."""
-
-    step: int
-    name: str
-    start: int
-    end: int
-    is_prefill: bool
-
-    @property
-    def num_tokens(self) -> int:
-        return self.end - self.start
-
-
-def scheduled_chunks(scheduler: Scheduler, arrivals: Mapping[int, Iterable[Request]],
-                     max_steps: int = 1000) -> list[list[Chunk]]:
-    """Run ``scheduler`` until every request is done; ``arrivals``: step -> the requests that join the
-    waiting queue before that step is scheduled. One list of ``Chunk`` per step, in schedule order."""
-    pending = {step: list(reqs) for step, reqs in arrivals.items()}
-    if any(step < 0 for step in pending):
-        raise ValueError(f"arrival steps must be >= 0, got {sorted(pending)}")
-    steps: list[list[Chunk]] = []
-    while pending or scheduler.has_unfinished():
-        if len(steps) >= max_steps:
-            raise RuntimeError(f"not done after max_steps={max_steps} steps")
-        for req in pending.pop(len(steps), []):
-            scheduler.add_request(req)
-        out = scheduler.schedule()
-        steps.append([Chunk(len(steps), e.seq.name, e.start, e.end, e.is_prefill) for e in out.scheduled])
-        scheduler.update(out, [SAMPLED_TOKEN] * len(out.sampling))
-    return steps
 
 
 def chunked_prefill_story(prompt_len: int = 20, num_chats: int = 2, chat_prompt_len: int = 3,
                           chat_tokens: int = 8, budget: int = 8, block_size: int = 4,
                           num_blocks: int = 32) -> list[list[Chunk]]:
     """``num_chats`` short chats start decoding; one step later a ``prompt_len``-token ``document``
-    arrives, and every step may compute at most ``budget`` tokens (``max_num_batched_tokens``)."""
-    sched = Scheduler(BlockManager(num_blocks, block_size), max_num_seqs=num_chats + 1,
-                      max_num_batched_tokens=budget)
-    chats = [Request(f"chat{i}", list(range(100 * i, 100 * i + chat_prompt_len)), chat_tokens)
+    arrives, and every step may compute at most ``budget`` tokens (``max_num_batched_tokens``).
+    Returns what each step of ``simulate()`` computed (``SimResult.chunks``)."""
+    chats = [Request(f"chat{i}", list(range(100 * i, 100 * i + chat_prompt_len)), chat_tokens, 0)
              for i in range(num_chats)]
-    document = Request("document", list(range(1000, 1000 + prompt_len)), 2)
-    return scheduled_chunks(sched, {0: chats, 1: [document]})
+    document = Request("document", list(range(1000, 1000 + prompt_len)), 2, 1)
+    res = simulate(chats + [document], paged(num_blocks, block_size),
+                   {"max_num_seqs": num_chats + 1, "max_num_batched_tokens": budget}, record_chunks=True)
+    return res.chunks
 
 
 def fig_chunked_steps(steps: Sequence[Sequence[Chunk]], budget: int | None = None,
