@@ -69,6 +69,8 @@ class ParallelSampling:
         """"fork" mode: a parent that just sampled its first token (``seqs[row]``, from ``logits[row]``,
         ``[num_sampled, vocab]``) forks its n - 1 children, each drawing its own first token from the
         same logits row. Returns the children that finished at once."""
+        if self.mode != "fork":
+            return []
         finished = []
         for row, parent in enumerate(seqs):
             req = self.requests[parent.seq_id]
