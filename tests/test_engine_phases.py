@@ -54,7 +54,7 @@ def test_a_float_token_id_is_rejected_naming_its_index():
 def test_every_generator_lives_on_the_device_of_the_logits_it_samples(monkeypatch):
     """Sampling on CUDA needs CUDA generators: make_generator gets the engine's device, and every
     generator handed to sample() is on the device of the logits it samples from."""
-    from paged_lab.engine import engine, sampling
+    from paged_lab.engine import engine, parallel_sampling, sampling
 
     made, seen = [], []
 
@@ -66,8 +66,9 @@ def test_every_generator_lives_on_the_device_of_the_logits_it_samples(monkeypatc
         seen.extend((g.device, logits.device) for g in gens if g is not None)
         return sampling.sample(logits, params, gens)
 
-    monkeypatch.setattr(engine, "make_generator", spy_make)
+    monkeypatch.setattr(parallel_sampling, "make_generator", spy_make)  # every completion's RNG is made there
     monkeypatch.setattr(engine, "sample", spy_sample)
+    monkeypatch.setattr(parallel_sampling, "sample", spy_sample)  # a forked child's first token
     llm = _llm()
     llm.generate(PROMPTS, SamplingParams(n=3, temperature=1.0, max_tokens=3, seed=1), use_tqdm=False)
     assert len(made) == 2 * 3 and all(torch.device(d) == llm.device for d in made)

@@ -109,13 +109,25 @@ class Scheduler:
         self._live_ids.add(seq.seq_id)
         self.waiting.append(seq)
 
+    def never_fits(self, num_prompt_tokens: int, max_tokens: int) -> str | None:
+        """The pool-fit rule: the argument that keeps a request from ever fitting, even alone, in the
+        slots one sequence can hold (``max_slots_per_seq``): "prompt_token_ids" when the prompt is
+        longer, "max_tokens" when prompt + max_tokens - 1 is (``Sequence.max_num_slots``: the last
+        sampled token is never stored); None when it fits. The engine checks requests with it too."""
+        if num_prompt_tokens > self.max_slots_per_seq:
+            return "prompt_token_ids"
+        if num_prompt_tokens + max_tokens - 1 > self.max_slots_per_seq:
+            return "max_tokens"
+        return None
+
     def _check_fits(self, seq: Sequence) -> None:
         n, cap = seq.num_prompt_tokens, self.max_slots_per_seq
-        if n > cap:
+        arg = self.never_fits(n, seq.max_tokens)
+        if arg == "prompt_token_ids":
             raise RequestTooLargeError(
                 f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most {cap} slots fit one "
                 f"sequence ({self.allocator.max_slots_per_seq_reason}); it can never be admitted")
-        if seq.max_num_slots > cap:
+        if arg == "max_tokens":
             raise RequestTooLargeError(
                 f"max_tokens: seq {seq.seq_id!r} needs up to {seq.max_num_slots} slots ({n} prompt + "
                 f"max_tokens={seq.max_tokens} - 1) but at most {cap} fit one sequence; "

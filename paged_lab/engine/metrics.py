@@ -1,0 +1,150 @@
+"""What the engine measures: each step's time and timeline row, each request's ``RequestMetrics``, the
+latency percentiles, ``LLM.stats()``, and ``generate()``'s progress bar.
+
+vLLM V1 keeps the same moments in ``vllm/v1/metrics/stats.py`` (``RequestStateStats`` per request,
+``IterationStats`` per step). Seconds are on ``time.perf_counter``'s clock; every moment is also counted
+in engine steps, to compare with ``simulate()``, which counts only steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from paged_lab.engine.params import RequestMetrics
+from paged_lab.engine.request import Request
+from paged_lab.sim.latency import latency_summary, token_gaps
+
+if TYPE_CHECKING:
+    from paged_lab.engine.engine import LLM
+
+
+class EngineMetrics:
+    """Every engine step's (start, end) time and timeline row, over the engine's scheduler and pool.
+
+    Step i's times are ``step_times[i]`` and its row ``timeline[i]``; a step's time is when its forward
+    ended. ``peak_usage``: the largest KV usage any step ended with.
+    """
+
+    def __init__(self, scheduler, block_manager):
+        self.scheduler, self.block_manager = scheduler, block_manager
+        self.timeline: list[dict] = []  # one row per step: batch composition and KV usage
+        self.step_times: list[tuple[float, float]] = []  # step -> (start, end), time.perf_counter
+        self.peak_usage = 0.0
+
+    def record_step(self, out, num_tokens: int, t0: float, interrupted: bool = False) -> None:
+        """Close the step that started at ``t0``: its times and its timeline row. Only what is missing is
+        added, so that every step schedule() counted has both, even one interrupted before schedule()
+        returned (``out`` None)."""
+        t1 = time.perf_counter()
+        if len(self.step_times) < self.scheduler.step_count:
+            self.step_times.append((t0, t1))
+        if len(self.timeline) >= self.scheduler.step_count:
+            return
+        bm = self.block_manager
+        self.peak_usage = max(self.peak_usage, bm.usage)
+        scheduled, preempted = (out.scheduled, out.preempted) if out is not None else ([], [])
+        self.timeline.append({
+            "step": self.scheduler.step_count,
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_prefill": sum(1 for s in scheduled if s.is_prefill),
+            "num_decode": sum(1 for s in scheduled if not s.is_prefill),
+            "num_batched_tokens": num_tokens,
+            "num_context_tokens": sum(e.end for e in scheduled),  # K/V read by attention this step
+            "num_preempted": len(preempted),
+            "kv_usage": bm.usage,
+            "num_free_blocks": bm.num_free_blocks,
+            "seconds": t1 - t0,
+            "interrupted": interrupted,  # an exception or Ctrl-C stopped it: its tokens were dropped
+        })
+
+    def end_time(self, step: int | None) -> float | None:
+        return None if step is None else self.step_times[step][1]
+
+    def request_metrics(self, req: Request) -> RequestMetrics:
+        """vLLM V0's RequestMetrics of ``req``: its steps from the scheduler, their times from the steps'.
+        With n > 1 the first token is the earliest of the completions and finished the latest."""
+        seqs = req.seqs
+        first_sched = seqs[0].first_scheduled_step
+        first_token = min((s.first_token_step for s in seqs if s.first_token_step is not None), default=None)
+        finished = max(s.finish_step for s in seqs) if all(s.finish_step is not None for s in seqs) else None
+        last = max((s.output_steps[-1] for s in seqs if s.output_steps), default=None)
+        sched_time = None if first_sched is None else self.step_times[first_sched][0]
+        return RequestMetrics(
+            arrival_time=req.arrival_time, last_token_time=self.end_time(last),
+            first_scheduled_time=sched_time, first_token_time=self.end_time(first_token),
+            time_in_queue=None if sched_time is None else sched_time - req.arrival_time,
+            finished_time=self.end_time(finished), arrival_step=seqs[0].arrival_step,
+            first_scheduled_step=first_sched, first_token_step=first_token, finished_step=finished)
+
+    def latency(self, requests: Iterable[Request]) -> dict[str, float]:
+        """TTFT, ITL and end-to-end latency of the finished ones of ``requests``, p50 / p90 / p99, in
+        seconds (``ttft_s_p90`` ...) and in steps (``ttft_steps_p90`` ...). ITL counts every gap between
+        consecutive tokens of one completion."""
+        reqs = list({id(r): r for r in requests if r.finished}.values())  # (n > 1: one entry per completion)
+        metrics = [self.request_metrics(r) for r in reqs]
+        seqs = [s for r in reqs for s in r.seqs]
+        out = latency_summary([m.ttft for m in metrics],
+                              token_gaps([self.end_time(t) for t in s.output_steps] for s in seqs),
+                              [m.e2e_latency for m in metrics], "s")
+        out.update(latency_summary([m.first_token_step - m.arrival_step + 1 for m in metrics],
+                                   token_gaps(s.output_steps for s in seqs),
+                                   [m.finished_step - m.arrival_step + 1 for m in metrics], "steps"))
+        return out
+
+
+def engine_stats(llm: LLM) -> dict[str, Any]:
+    """``LLM.stats()``: the attention backends that ran, the KV pool and prefix cache, the scheduler's
+    counts, the latency percentiles, the event log and the timeline."""
+    bm, ks = llm.block_manager, llm.kernel_stats
+    return {
+        "attention_backend": llm.attention_backend,
+        "attention_backend_ran": ", ".join(name for name, _ in Counter(ks.calls).most_common()) or None,
+        "attention_calls": dict(ks.calls),
+        "attention_failures": dict(ks.failures),
+        "attention_errors": dict(ks.last_error),
+        "num_blocks": llm.num_blocks,
+        "block_size": llm.block_size,
+        "kv_cache_bytes": llm.kv.bytes,
+        "kv_usage": bm.usage,
+        "peak_kv_usage": llm.metrics.peak_usage,
+        "num_free_blocks": bm.num_free_blocks,
+        "prefix_cache_queries": bm.stats.prefix_cache_queries,
+        "prefix_cache_hits": bm.stats.prefix_cache_hits,
+        "prefix_cache_hit_rate": bm.stats.hit_rate,
+        "num_preemptions": llm.scheduler.num_preemptions,
+        "num_steps": llm.scheduler.step_count,
+        "num_cow": bm.stats.num_cow,
+        **llm.latency(),
+        "events": list(bm.events),
+        "timeline": list(llm.metrics.timeline),
+    }
+
+
+# ------------------------------------------------------------------------------------ progress output
+def progress_bar(use_tqdm, total: int):
+    """generate()'s progress bar over ``total`` output tokens: tqdm, made by the callable ``use_tqdm``
+    when it is one, and disabled (it prints nothing) when ``use_tqdm`` is False."""
+    from tqdm.auto import tqdm
+
+    make = use_tqdm if callable(use_tqdm) else tqdm
+    return make(total=total, desc="generate", unit="tok", disable=not use_tqdm)
+
+
+def show_progress(bar, requests: list[Request | None]) -> None:
+    """Move ``bar`` to the output tokens of the arrived ``requests`` and name how many finished."""
+    live = [r for r in requests if r is not None]
+    bar.update(sum(map(tokens_done, live)) - bar.n)
+    finished = sum(r.finished for r in live)
+    bar.set_postfix_str(f"{finished}/{len(requests)} requests", refresh=False)  # (drawn by update)
+
+
+def tokens_done(req: Request) -> int:
+    """Progress of ``req`` in output tokens: what its completions produced so far, or all it could
+    produce (n x max_tokens) once it finished, so that early stops do not leave the bar short."""
+    if req.finished:
+        return req.params.n * req.max_tokens
+    return sum(s.num_output_tokens for s in req.seqs)
