@@ -84,7 +84,7 @@ def test_the_forward_reads_nothing_back_from_the_device(monkeypatch):
     llm._add_request(None, [14, 15, 16, 17, 18], SamplingParams(temperature=0, max_tokens=3))
     llm.step()  # their prefills
     batch = llm.prepare_batch(llm.scheduler.schedule())  # their first decodes
-    batch.meta = batch.meta.checked()
+    llm._attend.prepare(batch.meta, *llm.kv.layers[0])  # checked and planned, as its first layer does
     reads = []
     for name in ("item", "tolist", "__int__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
