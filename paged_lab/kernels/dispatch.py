@@ -254,7 +254,8 @@ class ChosenBackend:
         self.names = names
         self.backends = tuple(BACKEND_TABLE[n] for n in names)
         self.stats = stats
-        # The chosen backend's plan only: a fallback that reads one gets None and builds its own indices
+        # Plans follow the chosen backend: behind Triton (no plan) a torch fallback gets none and builds
+        # its own indices, rather than every step paying for a plan that only a failure would read
         self.uses_plan = self.backends[0].uses_plan
 
     @property
