@@ -19,7 +19,7 @@ import platform
 import torch
 
 from paged_lab.kernels import cpu_paged, paged_attention_decode, paged_attention_prefill, torch_paged
-from paged_lab.kernels.bench import median_ms
+from paged_lab.tools.kernel_bench import median_ms
 
 LAYERS, BLOCKS, BS, KVH, H, D = 30, 256, 16, 3, 9, 64
 

@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from paged_lab.kernels import bench
+    from paged_lab.tools import kernel_bench as bench
 
     dtype = getattr(torch, args.dtype)
     if args.cpu_smoke:

@@ -21,7 +21,7 @@ import torch
 from paged_lab.engine.linear import Linear, can_prepack
 from paged_lab.engine.llama import PREPACK_BATCH_HINT
 from paged_lab.kernels import cpu_gemm
-from paged_lab.kernels.bench import median_ms
+from paged_lab.tools.kernel_bench import median_ms
 
 HIDDEN, INTER, Q, KV, VOCAB, LAYERS = 576, 1536, 576, 192, 49152, 30
 ROWS = (1, 4, 8, 16, 32, 64, 256)

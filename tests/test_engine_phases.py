@@ -85,7 +85,7 @@ def test_the_forward_reads_nothing_back_from_the_device(monkeypatch):
     llm._add_request(None, [14, 15, 16, 17, 18], SamplingParams(temperature=0, max_tokens=3))
     llm.step()  # their prefills
     batch = llm.prepare_batch(llm.scheduler.schedule())  # their first decodes
-    batch.meta = batch.meta.checked()
+    llm._attend.prepare(batch.meta, *llm.kv.layers[0])  # checked and planned, as its first layer does
     reads = []
     for name in ("item", "tolist", "__int__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
@@ -124,6 +124,23 @@ def test_stats_name_the_backend_that_ran():
     ref = _llm(attention_backend="reference")
     ref.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
     assert ref.stats()["attention_backend_ran"] == "reference"
+
+
+def test_the_engine_chooses_its_backend_once_and_checks_each_step_once(monkeypatch):
+    """Attention runs once per layer per step, but the backend is chosen once, when the engine is built
+    (no per-call choice), and each step's indices are checked once, not once per layer."""
+    from paged_lab.kernels import checks
+
+    chosen, step_checks = [], []
+    real_candidates, real_check_step = dispatch._candidates, checks.check_step
+    monkeypatch.setattr(dispatch, "_candidates", lambda *a: chosen.append(a[0]) or real_candidates(*a))
+    monkeypatch.setattr(checks, "check_step", lambda *a: step_checks.append(1) or real_check_step(*a))
+    llm = _llm(model=_tiny_llama(layers=3))
+    assert chosen == ["auto"]  # at build time
+    llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
+    steps = len(llm.timeline)
+    assert chosen == ["auto"] and steps > 1 and len(step_checks) == steps
+    assert sum(llm.stats()["attention_calls"].values()) >= 3 * steps  # yet every layer of every step ran
 
 
 def test_under_auto_a_failing_backend_falls_back_per_call_and_shows_in_stats(monkeypatch, caplog):

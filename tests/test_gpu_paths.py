@@ -64,7 +64,7 @@ def test_notebook_06_takes_its_gpu_path_when_cuda_is_present(monkeypatch, capsys
     by a recorder; what is checked is the control flow: which cells take the GPU branch, which skip."""
     import plotly.graph_objects as go
 
-    from paged_lab.kernels import bench
+    from paged_lab.tools import kernel_bench as bench
 
     _fake_gpu(monkeypatch)
     monkeypatch.setattr(paged_lab, "device", lambda: "cpu")
@@ -183,7 +183,7 @@ def test_kernel_bench_quick_keeps_explicit_grids(kernel_bench):
 
 
 def test_peak_bandwidth_matches_gpu_names_exactly():
-    from paged_lab.kernels import bench
+    from paged_lab.tools import kernel_bench as bench
 
     assert bench.peak_gbs_for_name("NVIDIA A100-SXM4-80GB") == 2039
     assert bench.peak_gbs_for_name("NVIDIA A10") == 600
@@ -195,7 +195,7 @@ def test_peak_bandwidth_matches_gpu_names_exactly():
 
 
 def test_bytes_counted_exclude_what_l2_may_hold():
-    from paged_lab.kernels import bench
+    from paged_lab.tools import kernel_bench as bench
 
     assert bench.hbm_bytes(100 << 20, 50 << 20, l2_flushed=True) == 100 << 20
     assert bench.hbm_bytes(100 << 20, 50 << 20, l2_flushed=False) == 50 << 20

@@ -107,7 +107,7 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
     want = reference.paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125)
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
     assert cpu_paged.usable(q, got_k, got_v)
-    got = cpu_paged.store_and_decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    got = cpu_paged.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
     assert not got.isnan().any()
     _assert_fp32_accurate(got, want, q, want_k, want_v, kv.block_tables, kv.context_lens, _decode_qsl(S))
     exact = dict(atol=0, rtol=0, equal_nan=True)
@@ -123,14 +123,14 @@ def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
     slots = _slots_of_last_tokens(kv)
     slots[0] = -1
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
-    cpu_paged.store_and_decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    cpu_paged.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     store_kv(k, v, want_k, want_v, slots, backend="reference")
     exact = dict(atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(got_k, want_k, **exact)
     torch.testing.assert_close(got_v, want_v, **exact)
     untouched_k = kv.k_cache.clone()
-    cpu_paged.store_and_decode(q, None, None, untouched_k, kv.v_cache.clone(), None, kv.block_tables,
+    cpu_paged.decode(q, None, None, untouched_k, kv.v_cache.clone(), None, kv.block_tables,
                                 kv.context_lens, 0.125)
     torch.testing.assert_close(untouched_k, kv.k_cache, **exact)
 
@@ -141,7 +141,7 @@ def test_one_long_context_spans_many_softmax_chunks():
     kv = random_paged_kv([4000, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=5)
     q = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(6)) * 4  # sharper softmax
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
-    got = cpu_paged.store_and_decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
+    got = cpu_paged.decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
                                       kv.context_lens, 0.125)
     _assert_fp32_accurate(got, paged_attention_decode(*args, backend="reference"), *args[:5], _decode_qsl(2))
 

@@ -60,7 +60,7 @@ def test_store_through_a_plan_writes_the_same_slots_and_skips_padding():
 def test_store_and_decode_on_one_layer_tensor_equals_store_then_decode():
     """The compiled decode step's fused path: K and V of a layer as the halves of one [2, ...] tensor,
     stored, gathered and zeroed with one op each; the NaN-filled unused slots must not leak in."""
-    from paged_lab.kernels.torch_paged import store_and_decode
+    from paged_lab.kernels.torch_paged import fused_store_and_decode
 
     kv = random_paged_kv([3, 9, 16, 30], block_size=4, num_kv_heads=3, head_dim=64, seed=7)
     g = torch.Generator().manual_seed(8)
@@ -74,7 +74,7 @@ def test_store_and_decode_on_one_layer_tensor_equals_store_then_decode():
     want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125, backend="reference")
     layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
     plan = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slots)
-    got = store_and_decode(q, k, v, layer, plan, 0.125)
+    got = fused_store_and_decode(q, k, v, layer, plan, 0.125)
     assert not got.isnan().any()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     exact = dict(atol=0, rtol=0, equal_nan=True)
@@ -83,9 +83,10 @@ def test_store_and_decode_on_one_layer_tensor_equals_store_then_decode():
 
 
 def test_a_mixed_step_split_into_decodes_and_prefills_attends_as_one_batch():
-    """AttentionMetadata.split: two one-token queries (decodes) and a 6-token prefill chunk, attended
-    apart (decode kernel + prefill kernel) and together (the prefill kernel pads every query to 6)."""
-    from paged_lab.engine.llama import AttentionMetadata, paged_attention
+    """PagedAttention on a mixed step: two one-token queries (decodes) and a 6-token prefill chunk, attended
+    apart (num_decodes=2: decode kernel + prefill kernel) and together (the prefill kernel pads every query
+    to 6); the backend's plan of the step, not the metadata, holds the parts and the checked flag."""
+    from paged_lab.engine.llama import AttentionMetadata, PagedAttention
 
     lens = [11, 5, 14]
     kv = random_paged_kv(lens, block_size=4, num_kv_heads=3, head_dim=64, seed=9)
@@ -99,37 +100,37 @@ def test_a_mixed_step_split_into_decodes_and_prefills_attends_as_one_batch():
     seq = torch.repeat_interleave(torch.arange(3), torch.tensor(q_lens))
     slots = tables[seq, pos // 4] * 4 + pos % 4
 
-    def meta(rows, seqs, qsl):
-        m = AttentionMetadata(slots[rows], kv.block_tables[seqs], kv.context_lens[seqs],
-                              torch.tensor(qsl, dtype=torch.int32), is_decode=len(rows) == len(seqs))
-        m.plan = plan_gather(m.block_tables, m.context_lens, 4, slot_mapping=m.slot_mapping,
-                             query_start_loc=None if m.is_decode else m.query_start_loc)
-        return m
+    def meta(num_decodes):
+        qsl = torch.tensor([0, 1, 2, n], dtype=torch.int32)
+        return AttentionMetadata(slots, kv.block_tables, kv.context_lens, qsl, is_decode=False,
+                                 max_query_len=6, num_decodes=num_decodes)
 
-    whole = meta(list(range(n)), [0, 1, 2], [0, 1, 2, n])
-    split = meta(list(range(n)), [0, 1, 2], [0, 1, 2, n])
-    split.plan = None
-    split.split = (meta([0, 1], [0, 1], [0, 1, 2]), meta(list(range(2, n)), [2], [0, 6]))
-    outs = []
+    whole, split = meta(0), meta(2)
+    outs, parts = [], []
     for m in (whole, split):
         k_cache, v_cache = kv.k_cache.clone(), kv.v_cache.clone()
-        outs.append((paged_attention("torch")(q, k, v, k_cache, v_cache, m, 0.125), k_cache, v_cache))
+        attention = PagedAttention("torch")
+        outs.append((attention(q, k, v, k_cache, v_cache, m, 0.125), k_cache, v_cache))
+        parts.append(attention.prepare(m, k_cache, v_cache))  # the plan the call built (kept for this meta)
     ref_k, ref_v = kv.k_cache.clone(), kv.v_cache.clone()
-    ref = paged_attention("reference")(q, k, v, ref_k, ref_v, whole, 0.125)
+    ref = PagedAttention("reference")(q, k, v, ref_k, ref_v, whole, 0.125)
     (a, ak, av), (b, bk, bv) = outs
     torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b, ref, atol=1e-5, rtol=1e-5)
     exact = dict(atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(bk, ak, **exact)
     torch.testing.assert_close(bv, av, **exact)
-    checked = split.checked()
-    assert checked.validated and all(part.validated for part in checked.split)
+    assert [len(p) for p in parts] == [1, 2]  # attended whole, and as (decodes, prefills)
+    (decodes, decode_plan), (prefills, _) = parts[1]
+    assert decodes.is_decode and decodes.num_decodes == 2 and prefills.query_start_loc.tolist() == [0, 6]
+    assert decode_plan.checked and decode_plan.gather is not None  # checked on its first call, planned once
+    assert split.num_decodes == 2 and not hasattr(split, "plan")  # the metadata holds the step's tensors only
 
 
 @pytest.mark.parametrize("backend", ["torch", "reference", "auto"])
 @pytest.mark.parametrize("one_tensor", [True, False])
 def test_dispatch_store_and_decode_equals_store_then_decode(backend, one_tensor):
-    """kernels.store_and_decode, the decode step of every layer: with the step's plan and a layer's
+    """kernels.store_and_decode, the public entry point of a decode layer: with the step's plan and a layer's
     K/V as the halves of one tensor (engine.KVCache) the torch backend takes its fused path, else the
     backend's store then its decode; the results and the caches are the same either way."""
     from paged_lab.kernels import store_and_decode, uses_plan

@@ -204,6 +204,28 @@ def test_fig_paged_pool_colours_each_slot_by_owner_and_marks_empty_and_free_slot
     assert stops[0] == 0 and stops[-1] == 1 and stops == sorted(stops)
 
 
+def test_block_size_cost_counts_what_the_block_manager_allocates():
+    """The arithmetic notebooks 03 and 06 and their figures use, against the real BlockManager: every
+    sequence allocated at each block size."""
+    from paged_lab.kernels.tradeoff import block_size_cost
+    from paged_lab.kv_math import cdiv
+    from paged_lab.memory import BlockManager
+
+    lens = [5, 9, 16]
+    rows = []
+    for bs in (1, 4, 16):
+        bm = BlockManager(sum(cdiv(n, bs) for n in lens), bs)
+        for i, n in enumerate(lens):
+            bm.allocate(i, [0] * n)
+        rows.append({"block_size": bs, "table_entries": bm.num_used_blocks,
+                     "wasted_slots": bm.num_used_blocks * bs - sum(lens)})
+    assert [r["wasted_slots"] for r in rows] == [0, 3 + 3 + 0, 11 + 7 + 0]
+    assert [r["table_entries"] for r in rows] == [30, 2 + 3 + 4, 3]
+    for r in rows:
+        cost = block_size_cost(lens, r["block_size"])
+        assert (r["wasted_slots"], r["table_entries"]) == (cost.wasted_slots, cost.table_entries)
+
+
 def test_fig_block_size_tradeoff_and_readout_use_the_costs():
     from paged_lab.kernels.tradeoff import block_size_cost
     from paged_lab.viz.kernels import fig_block_size_tradeoff, sample_context_lens, tradeoff_readout

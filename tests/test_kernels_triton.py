@@ -170,7 +170,7 @@ def test_head_dim_strided_q_gets_a_contiguous_out():
 # --------------------------------------------------------------- launch parameters per GPU target
 def test_every_target_gets_tiles_that_the_cross_compile_checks():
     """The wrappers' launch parameters are pure functions of (shapes, dtype, compute capability)."""
-    from paged_lab.kernels import triton_paged as T
+    from paged_lab.kernels import triton_launch as T
 
     # bf16 on a T4 (sm_75, no bf16 tensor cores): the kernels take the fp32-tile path, not native bf16 dots
     assert T.compute_in_f32(torch.bfloat16, 75) and not T.compute_in_f32(torch.bfloat16, 80)
@@ -203,7 +203,7 @@ def test_a_gpu_older_than_sm75_is_refused_with_a_reason(monkeypatch):
 
 
 def aot_consts(name):
-    from paged_lab.kernels import aot
+    from paged_lab.tools import aot
 
     return getattr(aot, name)
 
@@ -211,7 +211,7 @@ def aot_consts(name):
 def test_small_fp32_tiles_under_the_interpreter_match_the_reference(monkeypatch):
     """What a T4 runs (fp32, TILE 32 over 128-token blocks; prefill rows 16 at head_dim 128), under the
     interpreter: patch the target the launch functions see."""
-    from paged_lab.kernels import triton_paged as T
+    from paged_lab.kernels import triton_launch as T
 
     monkeypatch.setattr(T, "INTERPRETER_CC", 75)
     assert T.tile_for(128, False, None) == 32
@@ -225,7 +225,7 @@ def test_kernels_compile_for_sm75_to_sm90_within_registers_spills_and_shared_mem
     """The interpreter does not check what only the compiler checks (types across branches, dot shapes,
     bf16 on the native path), nor what a GPU has room for. Compile every kernel ahead of time for
     T4/A100/RTX-30xx/H100 targets, in a fresh process, with the launch parameters the wrappers use
-    (``paged_lab.kernels.aot``), and check registers, spills and shared memory against each target.
+    (``paged_lab.tools.aot``), and check registers, spills and shared memory against each target.
     About 10 minutes on two busy cores the first time; Triton's cache (~/.triton/cache) makes reruns fast."""
     import json
     import os
@@ -234,10 +234,10 @@ def test_kernels_compile_for_sm75_to_sm90_within_registers_spills_and_shared_mem
 
     if importlib.util.find_spec("triton.backends.nvidia") is None:
         pytest.skip("this triton build has no NVIDIA backend")
-    from paged_lab.kernels import aot
+    from paged_lab.tools import aot
 
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-    res = subprocess.run([sys.executable, "-m", "paged_lab.kernels.aot", "--jobs", "2"], capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "paged_lab.tools.aot", "--jobs", "2"], capture_output=True,
                          text=True, env=env, timeout=1800)  # fmt: skip
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     errors = [r["error"] for r in rows if "error" in r]
@@ -257,7 +257,7 @@ def test_kernels_compile_for_sm75_to_sm90_within_registers_spills_and_shared_mem
 
 
 def test_the_compile_grid_covers_every_value_per_target():
-    from paged_lab.kernels import aot
+    from paged_lab.tools import aot
 
     grid = aot.config_grid()
     for cc in aot.TARGETS:

@@ -124,18 +124,6 @@ def test_bigger_blocks_share_less():
     assert hit_rates == sorted(hit_rates, reverse=True)
 
 
-def test_block_size_tradeoff():
-    rows = V.block_size_tradeoff([5, 9, 16], [1, 4, 16])
-    assert [r["wasted_slots"] for r in rows] == [0, 3 + 3 + 0, 11 + 7 + 0]
-    assert [r["table_entries"] for r in rows] == [30, 2 + 3 + 4, 3]
-    # The real BlockManager agrees with the arithmetic the kernels notebook and its figure use.
-    from paged_lab.kernels.tradeoff import block_size_cost
-
-    for r in rows:
-        cost = block_size_cost([5, 9, 16], r["block_size"])
-        assert (r["wasted_slots"], r["table_entries"]) == (cost.wasted_slots, cost.table_entries)
-
-
 def test_playground_follows_the_sliders():
     fig = V.block_table_playground(block_size=4, num_requests=6)
     bm, turned_away = random_requests(6, 4, num_blocks=32, seed=0)

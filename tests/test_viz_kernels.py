@@ -1,5 +1,6 @@
 """viz.kernels: the pictures of notebook 06's steps (masked tail, online softmax, split-KV merge),
-the pool's legend and the block-size trade-off's axes."""
+the pool's legend and the block-size trade-off's axes; and the numbers the pictures draw
+(``kernels.stepwise``: the online softmax's running values, each split's lse and merge weight)."""
 
 import math
 import random
@@ -7,6 +8,7 @@ import random
 import pytest
 import torch
 
+from paged_lab.kernels import stepwise
 from paged_lab.viz import kernels as K
 
 
@@ -32,7 +34,7 @@ def test_last_block_mask_marks_exactly_the_empty_tail():
 
 def test_online_softmax_trace_ends_at_the_full_softmax_denominator():
     scores = block_scores()
-    trace = K.online_softmax_trace(scores)
+    trace = stepwise.online_softmax_trace(scores)
     flat = [s for b in scores for s in b]
     assert trace[-1]["max"] == max(flat)
     assert trace[-1]["sum"] == pytest.approx(sum(math.exp(s - max(flat)) for s in flat))
@@ -43,7 +45,7 @@ def test_online_softmax_trace_ends_at_the_full_softmax_denominator():
     t = torch.tensor(flat)
     assert trace[-1]["sum"] == pytest.approx(float(torch.exp(t - t.max()).sum()), rel=1e-5)
     with pytest.raises(ValueError, match=r"block_scores\[1\] is empty"):
-        K.online_softmax_trace([[1.0], []])
+        stepwise.online_softmax_trace([[1.0], []])
 
 
 def test_online_softmax_figure_shows_every_score_and_each_rescale():
@@ -52,7 +54,7 @@ def test_online_softmax_figure_shows_every_score_and_each_rescale():
     dots = [t for t in fig.data if t.name and t.name.startswith("block ")]
     assert sum(len(t.y) for t in dots) == 37
     bars = next(t for t in fig.data if t.name == "l after the block")
-    trace = K.online_softmax_trace(scores)
+    trace = stepwise.online_softmax_trace(scores)
     assert list(bars.y) == [r["sum"] for r in trace]
     assert sum(1 for x in bars.text if x) == sum(1 for r in trace if r["rescale"] < 1)
 
@@ -60,9 +62,9 @@ def test_online_softmax_figure_shows_every_score_and_each_rescale():
 def test_split_weights_are_the_merge_weights():
     scores = block_scores(seed=1)
     parts = [range(0, 2), range(2, 4), range(4, 5), range(5, 5)]
-    lse = K.partition_lse(scores, parts)
+    lse = stepwise.partition_lse(scores, parts)
     assert lse[-1] == -math.inf
-    w = K.split_weights(lse)
+    w = stepwise.split_weights(lse)
     assert sum(w) == pytest.approx(1.0) and w[-1] == 0.0
     # weight = partition's share of sum(exp(score)) over all scores
     total = sum(math.exp(s) for b in scores for s in b)
@@ -70,7 +72,7 @@ def test_split_weights_are_the_merge_weights():
     fig = K.fig_split_merge(lse, ["0-1", "2-3", "4", "(empty)"])
     assert list(fig.data[0].y) == pytest.approx([100 * x for x in w]) and fig.data[0].text[-1].startswith("empty")
     with pytest.raises(ValueError, match="no finite"):
-        K.split_weights([-math.inf])
+        stepwise.split_weights([-math.inf])
     with pytest.raises(ValueError, match="same length"):
         K.fig_split_merge(lse, ["a"])
 

@@ -13,7 +13,7 @@ which reads the step's block tables and the layer's KV cache from a forward cont
 sets before each call (as vLLM's ``unified_attention_with_output`` in
 ``vllm/model_executor/layers/attention/attention.py`` does), so the graph's shapes depend only on the
 batch size, never on context lengths or tables. The attention itself is the eager engine's
-(``llama.paged_attention``, through the kernels' dispatch), and so is each layer's math: the graph calls
+(``llama.PagedAttention``, over the backend the engine chose), and so is each layer's math: the graph calls
 ``llama.decoder_layer`` over the same ``LayerWeights``, with plain ``F.linear`` weights (biases included).
 
 Each batch size is its own graph (``dynamic=False``), so the engine pads a decode batch of n sequences
@@ -60,11 +60,9 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) 
     n = ctx["num_tokens"]
     if n == 0:  # warm-up: compile without touching the cache
         return q.new_zeros(q.shape)
-    meta = ctx["meta"]
-    if layer:  # layer 0 checks the metadata, the others reuse the check (as the eager forward does)
-        meta = ctx.setdefault("checked", meta.checked())
     k_cache, v_cache = ctx["kv_caches"][layer]
-    o = ctx["attention"](q[:n], k[:n], v[:n], k_cache, v_cache, meta, ctx["scale"])
+    # the same metadata for every layer: the attention checks it and plans it on layer 0 only
+    o = ctx["attention"](q[:n], k[:n], v[:n], k_cache, v_cache, ctx["meta"], ctx["scale"])
     if n == q.shape[0]:
         return o
     out = q.new_zeros(q.shape)
@@ -150,7 +148,7 @@ class CompiledDecoder:
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list, meta: Any,
                  attention) -> torch.Tensor:
         """Logits [n, vocab] of n decode tokens (input_ids, positions: int64 [n]), n <= max capture size;
-        ``attention`` as ``PagedLlama.forward``'s (the eager engine's, through the kernels' dispatch)."""
+        ``attention`` as ``PagedLlama.forward``'s (the eager engine's ``llama.PagedAttention``)."""
         n = input_ids.shape[0]
         size = self.bucket(n)
         if size is None:

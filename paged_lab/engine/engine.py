@@ -34,7 +34,7 @@ import torch
 from paged_lab import kernels
 from paged_lab.engine import inputs
 from paged_lab.engine.kv_cache import KVCache, resolve_num_blocks
-from paged_lab.engine.llama import AttentionMetadata, PagedLlama, paged_attention
+from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
 from paged_lab.engine.parallel_sampling import ParallelSampling
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
@@ -127,10 +127,10 @@ class LLM:
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
         self.attention_backend = attention_backend
-        kernels.resolve_backend(attention_backend, *self.kv.layers[0])  # one that cannot run here raises now
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
-        self._attend = paged_attention(attention_backend, stats=self.kernel_stats)
-        self._uses_plan = kernels.uses_plan(attention_backend, *self.kv.layers[0])
+        # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
+        self._attend = PagedAttention(attention_backend, stats=self.kernel_stats, like=self.kv.layers[0],
+                                      num_heads=self.runner.num_heads)
         self.enable_prefix_caching = enable_prefix_caching
         self.eos_token_ids = _eos_ids(hf_model, self.tokenizer)
         self.inputs = inputs.InputProcessor(self.tokenizer, self.spec.vocab_size, self.max_model_len,
@@ -241,7 +241,7 @@ class LLM:
     def prepare_batch(self, out) -> Batch:
         """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
         table and context length. One-token queries (decodes) go first, so that a mixed step can attend
-        them apart (``AttentionMetadata.split``)."""
+        them apart (``llama.PagedAttention``)."""
         scheduled = decodes_first(out.scheduled)
         bm = self.block_manager
         input_ids, positions, slots, tables, ctx_lens, qsl = [], [], [], [], [], [0]
@@ -261,35 +261,24 @@ class LLM:
                 sample_rows.append(qsl[-1] - 1)
                 sample_seqs.append(seq)
         n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
-        split = self._uses_plan and 0 < n_decode < len(scheduled)  # see AttentionMetadata.split
-        meta = self._metadata(slots, tables, ctx_lens, qsl, self._uses_plan and not split)
-        if split:  # each part has its own tensors and plan
-            meta.split = (self._metadata(slots[:n_decode], tables[:n_decode], ctx_lens[:n_decode],
-                                         qsl[:n_decode + 1], True),
-                          self._metadata(slots[n_decode:], tables[n_decode:], ctx_lens[n_decode:],
-                                         [q - n_decode for q in qsl[n_decode:]], True))
+        meta = self._metadata(slots, tables, ctx_lens, qsl, n_decode)
         dev = self.device
         return Batch(scheduled, torch.tensor(input_ids, dtype=torch.long, device=dev),
                      torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows, sample_seqs)
 
-    def _metadata(self, slots, tables, ctx_lens, qsl, with_plan: bool) -> AttentionMetadata:
-        """The attention tensors of a batch; ``with_plan`` adds the torch/C kernels' gather plan."""
+    def _metadata(self, slots, tables, ctx_lens, qsl, num_decodes: int) -> AttentionMetadata:
+        """The attention tensors of a batch (its first ``num_decodes`` sequences have one query token)."""
         dev, width = self.device, max(len(t) for t in tables)
         q_lens = [b - a for a, b in zip(qsl, qsl[1:])]
-        meta = AttentionMetadata(
+        return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),  # [num_tokens]
             block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32,
                                       device=dev),  # [num_seqs, width], padded with block 0 (never read)
             context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),  # [num_seqs]
             query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),  # [num_seqs + 1]
             is_decode=qsl[-1] == len(tables), max_query_len=max(q_lens), max_context_len=max(ctx_lens),
+            num_decodes=num_decodes,
         )
-        if with_plan:  # gather indices and masks: once per step, shared by all layers
-            meta.plan = kernels.torch_paged.plan_gather(
-                meta.block_tables, meta.context_lens, self.block_size, max_ctx=meta.max_context_len,
-                query_start_loc=None if meta.is_decode else meta.query_start_loc,
-                slot_mapping=meta.slot_mapping, max_query_len=meta.max_query_len)
-        return meta
 
     def run_model(self, batch: Batch) -> torch.Tensor | None:
         """One forward over the batch -> fp32 logits of the sampled rows, ``[num_sampled, vocab]`` (None when

@@ -2,10 +2,11 @@
 
 The weights come from the transformers model that ``paged_lab.models.load_model`` returns; the forward
 is ours: embedding -> N x (RMSNorm, GQA attention with RoPE, RMSNorm, SwiGLU MLP) -> RMSNorm -> head.
-Attention reads and writes the per-layer paged caches through ``paged_lab.kernels``:
+Attention (:class:`PagedAttention`) reads and writes the per-layer paged caches through the backend
+that ``paged_lab.kernels`` chose for them:
 
-    store_kv(k, v, k_cache, v_cache, slot_mapping)          # the new tokens' K/V go into their slots
-    paged_attention_prefill / paged_attention_decode(q, ...) # then q attends over block tables
+    store_kv(k, v, k_cache, v_cache, slot_mapping)  # the new tokens' K/V go into their slots
+    prefill / store_and_decode(q, ...)              # then q attends over the block tables
 
 One forward serves a whole engine step: the query tokens of every scheduled sequence are concatenated
 into one flat batch ``[num_tokens, hidden]`` (no padding), so the matmuls see every sequence at once.
@@ -13,7 +14,6 @@ into one flat batch ``[num_tokens, hidden]`` (no padding), so the matmuls see ev
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
 from dataclasses import dataclass
@@ -23,13 +23,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from paged_lab import kernels
 from paged_lab.engine.linear import Linear, can_prepack
-from paged_lab.kernels import cpu_layer_ops
+from paged_lab.kernels import checks, cpu_layer_ops
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class AttentionMetadata:
-    """Where one step's query tokens live in the paged cache (shared by all layers)."""
+    """Where one step's query tokens live in the paged cache: the step's tensors, which every layer
+    reads, and nothing of any backend's (as vLLM's ``CommonAttentionMetadata``, "shared across layers and
+    backends", ``vllm/v1/attention/backend.py``, vllm 0.32.0). What a backend precomputes from it, its
+    plan of the step, lives with the backend (:class:`PagedAttention`). Built once per step and never
+    changed: the plan is kept for this very object."""
 
     slot_mapping: torch.Tensor  # int64 [num_tokens]: cache slot of every query token
     block_tables: torch.Tensor  # int32 [num_seqs, max_blocks]
@@ -40,25 +45,9 @@ class AttentionMetadata:
     # no kernel or RoPE table has to read them back from the device (a sync per layer on a GPU).
     max_query_len: int | None = None
     max_context_len: int | None = None
-    # The torch backend's gather indices and masks (kernels.torch_paged.GatherPlan), built once per step
-    # by the engine; None -> the kernel builds them itself (per layer).
-    plan: Any = None
-    # True once the tensors above passed the kernels' argument checks (layer 0 of a forward runs them;
-    # the other layers see the same tensors and skip the checks).
-    validated: bool = False
-    # (decode, prefill): a step that mixes one-token queries (decodes) with longer ones (prefills), its
-    # decodes first, on the torch backend. Its prefill kernel pads every sequence's queries to the
-    # longest, so a decode beside a 50-token prefill would cost 50 query rows; split, the decodes go
-    # through the decode kernel and only the prefills are padded. Each part holds its own tensors
-    # and plan; query tokens [0, n_decode) belong to the first.
-    split: tuple[AttentionMetadata, AttentionMetadata] | None = None
-
-    def checked(self) -> AttentionMetadata:
-        """This metadata marked as checked (and its parts): what layers 1.. of a forward get."""
-        if self.validated:
-            return self
-        split = None if self.split is None else tuple(m.checked() for m in self.split)
-        return dataclasses.replace(self, validated=True, split=split)
+    # How many of the first sequences have a one-token query (decodes): the engine puts them first,
+    # as vLLM reorders a batch for its attention backends. 0: none, or not said.
+    num_decodes: int = 0
 
 
 # --- RoPE ----------------------------------------------------------------------------------------
@@ -147,40 +136,100 @@ class LayerWeights:
     down: Linear  # [hidden, intermediate]
 
 
-def paged_attention(backend: str = "auto", stats=None):
+class PagedAttention:
     """The attention step of every layer, through ``paged_lab.kernels``: store the new tokens' K/V in
-    their slots and attend over the block tables; a decode (one query token per sequence) does both
-    in one ``store_and_decode`` call. ``stats``: a ``kernels.KernelStats`` that counts what ran."""
-    from paged_lab import kernels
+    their slots and attend over the block tables; a decode (one query token per sequence) does both in
+    one ``store_and_decode`` call. ``attention(q, k, v, k_cache, v_cache, meta, scale)``.
 
-    def attend(q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if meta.split is not None:  # decodes first, then prefills: each through its own kernel
-            decode, prefill = meta.split
-            n = decode.slot_mapping.shape[0]
-            # Every token of the step is stored before anyone attends, as in vLLM's layers: a one-token
-            # query sorted into the decode part may read a block that a prefill of this same step
-            # fills (two equal prompts admitted together: the second hits the first one's blocks).
-            store(k[n:], v[n:], k_cache, v_cache, prefill)
-            return torch.cat((attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, scale),
-                              prefill_attend(q[n:], k_cache, v_cache, prefill, scale)))
+    The backend is chosen once (``kernels.choose_backend``): when the engine builds this with its cache
+    (``like``: layer 0's (k_cache, v_cache) and the model's num_heads), else on the first call. A step's
+    tensors are checked once, on the first layer that reads them, where the backend also builds its
+    plan of the step (``kernels.dispatch.StepPlan``); the later layers get the same ``meta`` and reuse
+    both. ``stats``: a ``kernels.KernelStats`` that counts what ran.
+
+    A step that mixes one-token queries (decodes, first) with longer ones (prefills) is attended in two
+    parts when the backend reads a plan (torch's prefill pads every sequence's queries to the longest:
+    a decode beside a 50-token prefill would cost 50 query rows), the decodes through the decode kernel.
+    vLLM's attention backends find the same boundary (``split_decodes_and_prefills`` in
+    ``vllm/v1/attention/backends/utils.py``, vllm 0.32.0, once ``reorder_batch_to_split_decodes_and_prefills``
+    has put the decodes first)."""
+
+    def __init__(self, backend: str = "auto", stats=None, like: tuple | None = None,
+                 num_heads: int | None = None):
+        self.backend_name = backend
+        self.stats = kernels.KernelStats() if stats is None else stats
+        self.backend = None  # kernels.ChosenBackend, once chosen
+        self._step: tuple[AttentionMetadata | None, list] = (None, [])  # (meta, its parts and plans)
+        if like is not None:
+            self._choose(*like, num_heads)
+
+    def _choose(self, k_cache, v_cache, num_heads: int | None):
+        q = None if num_heads is None else k_cache.new_empty((0, num_heads, k_cache.shape[-1]))
+        self.backend = kernels.choose_backend(self.backend_name, k_cache, v_cache, q, stats=self.stats)
+
+    def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        if self.backend is None:
+            self._choose(k_cache, v_cache, q.shape[1])
+        parts = self.prepare(meta, k_cache, v_cache)
+        first_plan = parts[0][1]
+        if not first_plan.checked:  # the first layer of the step: the shapes the later layers repeat
+            checks.check_layer(q, k, v, k_cache, v_cache, meta.slot_mapping.shape[0], scale)
+            first_plan.checked = True
+        if len(parts) == 1:
+            return self._attend(q, k, v, k_cache, v_cache, *parts[0], scale)
+        (decode, decode_plan), (prefill, prefill_plan) = parts
+        n = decode.slot_mapping.shape[0]
+        # Every token of the step is stored before anyone attends, as in vLLM's layers: a one-token query
+        # sorted into the decode part may read a block that a prefill of this same step fills (two equal
+        # prompts admitted together: the second hits the first one's blocks).
+        self.backend.store_kv(k[n:], v[n:], k_cache, v_cache, prefill.slot_mapping, prefill_plan)
+        return torch.cat((self._attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, decode_plan, scale),
+                          self._prefill(q[n:], k_cache, v_cache, prefill, prefill_plan, scale)))
+
+    def _attend(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float) -> torch.Tensor:
         if meta.is_decode:  # store every token's K/V, then attend: one call
-            return kernels.store_and_decode(q, k, v, k_cache, v_cache, meta.slot_mapping, meta.block_tables,
-                                            meta.context_lens, scale, **run(meta))
-        store(k, v, k_cache, v_cache, meta)
-        return prefill_attend(q, k_cache, v_cache, meta, scale)
+            return self.backend.store_and_decode(q, k, v, k_cache, v_cache, meta.slot_mapping,
+                                                 meta.block_tables, meta.context_lens, scale, plan)
+        self.backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, plan)
+        return self._prefill(q, k_cache, v_cache, meta, plan, scale)
 
-    def run(meta: AttentionMetadata) -> dict:
-        return dict(backend=backend, validate=not meta.validated, plan=meta.plan, stats=stats)
+    def _prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float) -> torch.Tensor:
+        return self.backend.prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
+                                    meta.query_start_loc, scale, plan, max_query_len=meta.max_query_len)
 
-    def store(k, v, k_cache, v_cache, meta: AttentionMetadata) -> None:
-        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, **run(meta))
+    def prepare(self, meta: AttentionMetadata, k_cache, v_cache) -> list:
+        """Check the step's tensors and build the backend's plan of it: [(metadata, StepPlan)], one part,
+        or the decodes and the prefills. The first layer that sees ``meta`` calls this (a caller may do it
+        earlier); the others reuse the result."""
+        last, parts = self._step
+        if meta is last:
+            return parts
+        if self.backend is None:
+            self._choose(k_cache, v_cache, None)
+        checks.check_step(k_cache, v_cache, meta.slot_mapping, meta.block_tables, meta.context_lens,
+                          None if meta.is_decode else meta.query_start_loc, meta.max_query_len)
+        num_seqs = meta.block_tables.shape[0]
+        split = self.backend.uses_plan and 0 < meta.num_decodes < num_seqs
+        pieces = split_decodes_and_prefills(meta) if split else (meta,)
+        block_size = k_cache.shape[1]
+        parts = [(m, self.backend.plan(m.block_tables, m.context_lens, m.slot_mapping, block_size,
+                                       None if m.is_decode else m.query_start_loc, m.max_context_len,
+                                       m.max_query_len)) for m in pieces]
+        self._step = (meta, parts)
+        return parts
 
-    def prefill_attend(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        return kernels.paged_attention_prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                               meta.query_start_loc, scale, max_query_len=meta.max_query_len,
-                                               **run(meta))
 
-    return attend
+def split_decodes_and_prefills(meta: AttentionMetadata) -> tuple[AttentionMetadata, AttentionMetadata]:
+    """A mixed step's metadata as (its ``num_decodes`` decodes, its prefills): views of its tensors. The
+    query tokens [0, n) are the decodes' (one each), so the prefills' query_start_loc starts at n."""
+    n = meta.num_decodes
+    decode = AttentionMetadata(
+        meta.slot_mapping[:n], meta.block_tables[:n], meta.context_lens[:n], meta.query_start_loc[:n + 1],
+        is_decode=True, max_query_len=1, max_context_len=int(meta.context_lens[:n].max()), num_decodes=n)
+    prefill = AttentionMetadata(
+        meta.slot_mapping[n:], meta.block_tables[n:], meta.context_lens[n:], meta.query_start_loc[n:] - n,
+        is_decode=False, max_query_len=meta.max_query_len, max_context_len=int(meta.context_lens[n:].max()))
+    return decode, prefill
 
 
 @dataclass(frozen=True)
@@ -346,16 +395,13 @@ class PagedLlama:
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
         attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads, head_dim].
         """
-        attention = attention or paged_attention()
-        # Layer 0 checks the metadata; every later layer gets the same tensors, marked as checked.
-        checked = meta.checked()
+        attention = attention or PagedAttention()
         top = None if meta.max_context_len is None else meta.max_context_len - 1
         cos, sin = self.rope_tables(positions, top)
         x = self.embed[input_ids]  # [num_tokens, hidden]
         for i, w in enumerate(self.layers):
             k_cache, v_cache = kv_caches[i]
-            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta if i == 0 else checked,
-                             scale=self.scale)
+            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta, scale=self.scale)
             x = decoder_layer(x, w, cos, sin, attend, self.dims)
         return rms_norm(x, self.final_norm, self.eps)
 

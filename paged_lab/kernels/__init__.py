@@ -5,9 +5,14 @@
 - :mod:`~paged_lab.kernels.reference`: the readable torch truth (gather through the table, then attention);
 - :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (``backend="torch"``);
 - :mod:`~paged_lab.kernels.cpu_paged`: decode and prefill in C (AVX-512), built on first use (``"cpu"``);
-- :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill; ``"triton"``);
-- :mod:`~paged_lab.kernels.dispatch`: argument checks, the backend table and its one fallback rule
-  (``backend="auto" | "triton" | "cpu" | "torch" | "reference"``).
+- :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill;
+  ``"triton"``), launched as :mod:`~paged_lab.kernels.triton_launch` sizes them per GPU target;
+- :mod:`~paged_lab.kernels.checks`: the argument checks every entry point runs before any launch;
+- :mod:`~paged_lab.kernels.dispatch`: the backend table, the choice among its backends
+  (``backend="auto" | "triton" | "cpu" | "torch" | "reference"``; per call, or once per engine with
+  :func:`choose_backend`) and its one fallback rule;
+- :mod:`~paged_lab.kernels.stepwise` and :mod:`~paged_lab.kernels.tradeoff`: notebook 06's steps in
+  torch (online softmax, log-sum-exp merge) and the block-size trade-off, the numbers its figures draw.
 
 Triton is imported lazily, on the first ``backend="triton"`` call (or ``"auto"`` on CUDA). On a machine
 without CUDA, importing this package sets ``TRITON_INTERPRET=1`` (unless already set) so that the
@@ -24,7 +29,9 @@ from paged_lab.kernels.dispatch import (  # noqa: E402
     BACKENDS,
     TRITON_BLOCK_SIZES,
     TRITON_HEAD_DIMS,
+    ChosenBackend,
     KernelStats,
+    choose_backend,
     paged_attention,
     paged_attention_decode,
     paged_attention_prefill,
@@ -37,9 +44,11 @@ from paged_lab.kernels.dispatch import (  # noqa: E402
 __all__ = [
     "BACKEND_TABLE",
     "BACKENDS",
+    "ChosenBackend",
     "KernelStats",
     "TRITON_BLOCK_SIZES",
     "TRITON_HEAD_DIMS",
+    "choose_backend",
     "paged_attention",
     "paged_attention_decode",
     "paged_attention_prefill",

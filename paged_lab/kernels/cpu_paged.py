@@ -168,7 +168,7 @@ def why_unavailable() -> str | None:
 
 
 def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
-    """Why :func:`store_and_decode` and :func:`prefill` cannot take these tensors, or None when they can
+    """Why :func:`decode` and :func:`prefill` cannot take these tensors, or None when they can
     (the dispatch's ``"cpu"`` backend asks this; ``q`` None checks the caches only)."""
     tensors = (k_cache, v_cache) if q is None else (q, k_cache, v_cache)
     if any(t.device.type != "cpu" for t in tensors):
@@ -187,7 +187,7 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
 
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether :func:`store_and_decode` and :func:`prefill` take these tensors (see :func:`why_unusable`)."""
+    """Whether :func:`decode` and :func:`prefill` take these tensors (see :func:`why_unusable`)."""
     return why_unusable(k_cache, v_cache, q) is None
 
 
@@ -200,11 +200,13 @@ def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
 
-def store_and_decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
-    """Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
+def decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
+    """The C decode kernel, which the ``"cpu"`` backend runs for both its decode and its store_and_decode.
+
+    Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
     nothing), then attend q ``[S, H, d]`` over ``tables`` (int64 ``[S, max_blocks]``) up to ``lens``
     (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
-    the dispatch checks (``kernels.dispatch``) and :func:`usable`: the C code trusts every index."""
+    the checks (``kernels.checks``) and :func:`usable`: the C code trusts every index."""
     S, H, d = q.shape
     dtype = q.dtype
     q, out = _contiguous_q_and_out(q)
@@ -229,7 +231,7 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
     """Causal attention of the query tokens q ``[num_tokens, H, d]`` (sequence s's are rows
     ``query_start_loc[s]:query_start_loc[s + 1]``, the last positions of its context of ``lens[s]``) over
     their paged contexts -> ``[num_tokens, H, d]``; their K/V must be stored already. Same trust rules
-    as :func:`store_and_decode`."""
+    as :func:`decode`."""
     dtype = q.dtype
     q, out = _contiguous_q_and_out(q)
     if q.shape[0] == 0:

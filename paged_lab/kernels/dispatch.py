@@ -1,4 +1,4 @@
-"""Public entry points: validate the arguments once, then run a backend from the one backend table.
+"""Which backend runs: the backend table, the choice among its backends, and the public entry points.
 
 Backends (``BACKEND_TABLE``; a backend's name says what runs):
 - ``"triton"``: the Triton kernels (compiled on CUDA; Triton's interpreter on CPU — slow, for tests).
@@ -7,26 +7,26 @@ Backends (``BACKEND_TABLE``; a backend's name says what runs):
 - ``"reference"``: the per-sequence readable loop (:mod:`paged_lab.kernels.reference`).
 - ``"auto"``: the first that can take the tensors of Triton on CUDA, ``"cpu"``, ``"torch"``.
 
-One fallback rule (:func:`_run`): under ``"auto"``, a backend that raises (a launch on an untested GPU,
-say) is logged and counted in a :class:`KernelStats`, and that call runs on the next candidate; the
-next call tries the first again. A backend named explicitly raises its error instead.
+Two ways in. The public entry points (:func:`store_kv`, :func:`paged_attention_decode`,
+:func:`store_and_decode`, :func:`paged_attention_prefill`) check their arguments
+(:mod:`paged_lab.kernels.checks`) and choose the backend on every call: what notebook 06 and the tests
+call. An engine, which calls attention once per layer per step, chooses once when it is built
+(:func:`choose_backend`) and calls the :class:`ChosenBackend`'s functions, with no per-call choice.
 
-Every check runs before any launch and names the argument and the limit. Checks of tensor
-*values* (table entries in range, context lengths, query_start_loc) run when the tensors live on
-the CPU; on CUDA they would force a device sync per layer, so there only shapes/dtypes are checked.
+One fallback rule (:func:`_run_first`), both ways: under ``"auto"``, a backend that raises (a launch
+on an untested GPU, say) is logged once and counted in a :class:`KernelStats`, and that call runs on
+the next candidate; the next call tries the first again. A backend named explicitly raises its error.
 
 ``plan`` (the ``"torch"`` and ``"cpu"`` backends read it) is the batch's precomputed
 :class:`~paged_lab.kernels.torch_paged.GatherPlan`. It is an argument like the others: the checks
 verify that it is the plan ``plan_gather`` builds from this call's tensors (one that is not raises
 a ValueError naming ``plan``), because the backends index the cache through it unchecked.
 
-``validate=False`` skips every check, the plan's included: for callers (the engine) that checked the
-same block tables, context lengths, slot mapping and plan on the first layer of a step and pass the
-very same tensors to every other layer. **Trusted input only.** The C kernels and the Triton kernels
-(its CPU interpreter too) use every index as given, so an out-of-range block id, context length,
-slot or query offset, or a plan from another batch, is undefined behaviour: it may read or write
-outside the cache, return garbage, or crash the process (a segfault). Keep ``validate=True`` unless
-the same arguments were validated already.
+``validate=False`` skips every check, the plan's included. **Trusted input only.** The C kernels and
+the Triton kernels (its CPU interpreter too) use every index as given, so an out-of-range block id,
+context length, slot or query offset, or a plan from another batch, is undefined behaviour: it may
+read or write outside the cache, return garbage, or crash the process (a segfault). Keep
+``validate=True`` unless the same arguments were validated already.
 """
 
 from __future__ import annotations
@@ -38,109 +38,37 @@ from dataclasses import dataclass, field
 
 import torch
 
-from paged_lab.kernels import cpu_paged, reference, torch_paged
+from paged_lab.kernels import checks, cpu_paged, reference, torch_paged
 from paged_lab.kernels._interpret import load_kernels, triton_available
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-INDEX_DTYPES = (torch.int32, torch.int64)
 TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
 TRITON_HEAD_DIMS = (64, 128)
 
 
-# ----------------------------------------------------------------------------------------- checks
-def _check_ndim(name, t, ndim, shape_doc):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {shape_doc}, got {type(t).__name__}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dims {shape_doc}, got shape {tuple(t.shape)}")
+# ---------------------------------------------------------------------------------- the backends
+def _tables(plan, block_tables, context_lens):
+    """The C kernels read int64 tables and lengths: the step's plan holds them already (no per-layer copy)."""
+    return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
 
 
-def _check_dtype(name, t, dtypes):
-    if t.dtype not in dtypes:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} dtype must be one of ({allowed}), got {str(t.dtype).replace('torch.', '')}")
+def _cpu_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=None, **_):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
 
 
-def _check_device(device, **tensors):
-    for name, t in tensors.items():
-        if t.device != device:
-            raise ValueError(f"{name} is on {t.device} but the cache is on {device}; put all tensors on one device")
+def _cpu_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, plan=None, **_):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
 
 
-def _check_cache(k_cache, v_cache):
-    """-> (num_blocks, block_size, num_kv_heads, head_dim)."""
-    doc = "[num_blocks, block_size, num_kv_heads, head_dim]"
-    _check_ndim("k_cache", k_cache, 4, doc)
-    _check_ndim("v_cache", v_cache, 4, doc)
-    if k_cache.shape != v_cache.shape:
-        raise ValueError(f"v_cache shape {tuple(v_cache.shape)} must equal k_cache shape {tuple(k_cache.shape)}")
-    _check_dtype("k_cache", k_cache, FLOAT_DTYPES)
-    if v_cache.dtype != k_cache.dtype:
-        raise TypeError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
-    if min(k_cache.shape[1:]) < 1:
-        raise ValueError(f"k_cache {doc} has an empty dimension: shape {tuple(k_cache.shape)}")
-    return tuple(k_cache.shape)
+def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
+                          plan=None):
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return cpu_paged.decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
 
 
-def _check_q(q, k_cache, ndoc):
-    _, _, num_kv_heads, head_dim = k_cache.shape
-    _check_ndim("q", q, 3, f"[{ndoc}, num_heads, head_dim]")
-    if q.dtype != k_cache.dtype:
-        raise TypeError(f"q dtype {q.dtype} must equal the cache dtype {k_cache.dtype}")
-    if q.shape[2] != head_dim:
-        raise ValueError(f"q head_dim {q.shape[2]} must equal the cache head_dim {head_dim}")
-    if q.shape[1] % num_kv_heads:
-        raise ValueError(
-            f"q num_heads {q.shape[1]} must be a multiple of the cache num_kv_heads {num_kv_heads} (GQA groups); "
-            f"is the cache laid out [num_blocks, block_size, num_kv_heads, head_dim]?"
-        )
-
-
-def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len):
-    num_blocks, block_size = k_cache.shape[:2]
-    _check_ndim("block_tables", block_tables, 2, "[num_seqs, max_blocks]")
-    _check_dtype("block_tables", block_tables, INDEX_DTYPES)
-    _check_ndim("context_lens", context_lens, 1, "[num_seqs]")
-    _check_dtype("context_lens", context_lens, INDEX_DTYPES)
-    if block_tables.shape[0] != num_seqs or context_lens.shape[0] != num_seqs:
-        raise ValueError(
-            f"block_tables has {block_tables.shape[0]} rows and context_lens {context_lens.shape[0]} entries; "
-            f"both must equal num_seqs = {num_seqs}"
-        )
-    _check_device(k_cache.device, block_tables=block_tables, context_lens=context_lens)
-    if k_cache.device.type != "cpu" or num_seqs == 0:
-        return
-    lens = context_lens.long()
-    capacity = block_tables.shape[1] * block_size
-    if int(lens.min()) < min_len:
-        raise ValueError(f"context_lens must be >= {min_len}, got min {int(lens.min())}")
-    if int(lens.max()) > capacity:
-        raise ValueError(
-            f"context_lens max {int(lens.max())} exceeds what block_tables can address: "
-            f"{block_tables.shape[1]} blocks x block_size {block_size} = {capacity}"
-        )
-    used = torch.arange(block_tables.shape[1])[None, :] * block_size < lens[:, None]  # entries a kernel reads
-    ids = block_tables.long()[used]
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
-        raise ValueError(
-            f"block_tables entries in use must be in [0, num_blocks={num_blocks}), "
-            f"got range [{int(ids.min())}, {int(ids.max())}]"
-        )
-
-
-def _check_plan(plan, k_cache, **tensors):
-    """A ``plan`` must be the GatherPlan of this very call (see ``torch_paged.plan_mismatch``): the
-    backends index the cache through it without checking it again."""
-    if plan is None:
-        return
-    why = torch_paged.plan_mismatch(plan, k_cache.shape[1], **tensors)
-    if why is not None:
-        raise ValueError(why)
-
-
-def _check_scale(scale):
-    if not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive float (usually head_dim ** -0.5), got {scale!r}")
+def _triton(k_cache):
+    return load_kernels(k_cache.device.type)
 
 
 def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
@@ -160,34 +88,9 @@ def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------- the backends
-def _tables(plan, block_tables, context_lens):
-    """The C kernels read int64 tables and lengths: the step's plan holds them already (no per-layer copy)."""
-    return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
-
-
-def _cpu_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=None, **_):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.store_and_decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
-
-
-def _cpu_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, plan=None, **_):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
-
-
-def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
-
-
-def _triton(k_cache):
-    return load_kernels(k_cache.device.type)
-
-
 @dataclass(frozen=True)
 class Backend:
-    """One backend: what it runs for each entry point, and what it cannot take.
+    """One backend: what it runs for each operation, and what it cannot take.
 
     Every function has the entry point's arguments (``plan``: the step's GatherPlan or None;
     ``num_splits``/``max_query_len``: hints a backend may ignore). ``unsupported(k_cache, v_cache, q)``
@@ -233,7 +136,8 @@ def _torch_backend() -> Backend:
         q, kc, vc, bt, cl, scale, plan=plan)
     prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: torch_paged.paged_attention_prefill(
         q, kc, vc, bt, cl, qsl, scale, plan=plan, max_query_len=max_query_len)
-    return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.store_and_attend, uses_plan=True)
+    return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
+                   uses_plan=True)
 
 
 # The backend table: the name a caller passes -> what runs. "auto" is not a backend but a choice
@@ -249,7 +153,7 @@ BACKEND_TABLE: dict[str, Backend] = {
 BACKENDS = ("auto", *BACKEND_TABLE)
 
 
-# ------------------------------------------------------------------------------ the fallback rule
+# ------------------------------------------------------------------------- the choice, the fallback
 logger = logging.getLogger("paged_lab.kernels")
 
 
@@ -294,21 +198,20 @@ def uses_plan(backend: str, k_cache, v_cache=None) -> bool:
     return any(BACKEND_TABLE[n].uses_plan for n in _candidates(backend, k_cache, v_cache))
 
 
-def _run(op: str, backend: str, stats: KernelStats | None, k_cache, v_cache, q, *args, **kwargs):
-    """The one fallback rule: run ``op`` on the first candidate backend. Under "auto", a backend that
-    raises is logged and counted, and the call runs on the next candidate; the next call tries the
-    first one again (one failure does not switch a backend off). A named backend's error is raised."""
-    stats = STATS if stats is None else stats
-    names = _candidates(backend, k_cache, v_cache, q)
-    for i, name in enumerate(names):
+def _run_first(backends: tuple[Backend, ...], stats: KernelStats, op: str, *args, **kwargs):
+    """The one fallback rule: run ``op`` on the first of ``backends``. When there are several ("auto"),
+    a backend that raises is logged and counted, and the call runs on the next; the next call tries
+    the first one again (one failure does not switch a backend off). The last one's error is raised."""
+    last = len(backends) - 1
+    for i, backend in enumerate(backends):
         try:
-            out = getattr(BACKEND_TABLE[name], op)(*args, **kwargs)
+            out = getattr(backend, op)(*args, **kwargs)
         except Exception as e:  # a compile/launch error on an untested GPU, a library that cannot run
-            if i == len(names) - 1:
+            if i == last:
                 raise
-            _record_failure(stats, name, op, e, names[i + 1])
+            _record_failure(stats, backend.name, op, e, backends[i + 1].name)
             continue
-        stats.calls[name] += 1
+        stats.calls[backend.name] += 1
         return out
 
 
@@ -321,7 +224,78 @@ def _record_failure(stats: KernelStats, name: str, op: str, error: Exception, in
     stats.last_error[name] = message
 
 
-# ------------------------------------------------------------------------------------------- API
+def _run(op: str, backend: str, stats: KernelStats | None, k_cache, v_cache, q, *args, **kwargs):
+    """A public entry point's call: choose among the candidates for these tensors, then the fallback rule."""
+    names = _candidates(backend, k_cache, v_cache, q)
+    return _run_first(tuple(BACKEND_TABLE[n] for n in names), STATS if stats is None else stats, op,
+                      *args, **kwargs)
+
+
+@dataclass
+class StepPlan:
+    """What the chosen backend prepared for one batch of a step; every layer of the step reads it.
+
+    ``gather``: the GatherPlan of the backends that read one (torch, the C kernels): the step's indices
+    and masks, built once instead of once per layer; None for the others. ``checked``: the first layer
+    that used this plan checked its q, k and v (``checks.check_layer``); the later layers of the step
+    get the same shapes and skip that."""
+
+    gather: torch_paged.GatherPlan | None = None
+    checked: bool = False
+
+
+class ChosenBackend:
+    """The attention backend of one engine, chosen once (:func:`choose_backend`), and the calls every
+    layer of every step makes: no choice per call and no argument checks (the engine checks each step's
+    tensors once, ``checks.check_step``). ``names``: the candidates in order, the one that runs first;
+    more than one only under "auto", where the fallback rule holds as for the public entry points."""
+
+    def __init__(self, names: tuple[str, ...], stats: KernelStats):
+        self.names = names
+        self.backends = tuple(BACKEND_TABLE[n] for n in names)
+        self.stats = stats
+        # Plans follow the chosen backend: behind Triton (no plan) a torch fallback gets none and builds
+        # its own indices, rather than every step paying for a plan that only a failure would read
+        self.uses_plan = self.backends[0].uses_plan
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    def plan(self, block_tables, context_lens, slot_mapping, block_size: int, query_start_loc=None,
+             max_context_len: int | None = None, max_query_len: int | None = None) -> StepPlan:
+        """This backend's plan of one batch (``query_start_loc`` None for a decode batch)."""
+        if not self.uses_plan:
+            return StepPlan()
+        return StepPlan(torch_paged.plan_gather(
+            block_tables, context_lens, block_size, max_ctx=max_context_len, query_start_loc=query_start_loc,
+            slot_mapping=slot_mapping, max_query_len=max_query_len))
+
+    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, plan: StepPlan):
+        _run_first(self.backends, self.stats, "store_kv", k, v, k_cache, v_cache, slot_mapping,
+                   plan=plan.gather)
+
+    def store_and_decode(self, q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens,
+                         scale: float, plan: StepPlan):
+        return _run_first(self.backends, self.stats, "store_and_decode", q, k, v, k_cache, v_cache,
+                          slot_mapping, block_tables, context_lens, scale, plan=plan.gather)
+
+    def prefill(self, q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
+                plan: StepPlan, max_query_len: int | None = None):
+        return _run_first(self.backends, self.stats, "prefill", q, k_cache, v_cache, block_tables,
+                          context_lens, query_start_loc, scale, plan=plan.gather, max_query_len=max_query_len)
+
+
+def choose_backend(backend: str, k_cache, v_cache=None, q=None,
+                   stats: KernelStats | None = None) -> ChosenBackend:
+    """Choose once what runs for ``backend`` ("auto" included) on caches like these (and a q like ``q``:
+    its heads and dtype; its length does not matter). A named backend that cannot take them raises now."""
+    v_cache = k_cache if v_cache is None else v_cache
+    names = tuple(_candidates(backend, k_cache, v_cache, q))
+    return ChosenBackend(names, KernelStats() if stats is None else stats)
+
+
+# -------------------------------------------------------------------------------- the entry points
 def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True,
              plan=None, stats: KernelStats | None = None) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
@@ -333,34 +307,12 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", valida
     crash the process (see the module docstring).
     """
     if validate:
-        _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
-        _check_plan(plan, k_cache, slot_mapping=slot_mapping)
+        checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
+        checks.check_plan(plan, k_cache, slot_mapping=slot_mapping)
     if k.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)  # a bad backend name still raises
         return
     _run("store_kv", backend, stats, k_cache, v_cache, None, k, v, k_cache, v_cache, slot_mapping, plan=plan)
-
-
-def _check_store_kv(k, v, k_cache, v_cache, slot_mapping):
-    num_blocks, block_size, num_kv_heads, head_dim = _check_cache(k_cache, v_cache)
-    doc = f"[num_tokens, num_kv_heads={num_kv_heads}, head_dim={head_dim}]"
-    for name, t in (("k", k), ("v", v)):
-        _check_ndim(name, t, 3, doc)
-        if tuple(t.shape[1:]) != (num_kv_heads, head_dim):
-            raise ValueError(f"{name} must be {doc} to match the cache, got shape {tuple(t.shape)}")
-        _check_dtype(name, t, FLOAT_DTYPES)
-    if v.shape != k.shape:
-        raise ValueError(f"v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
-    _check_ndim("slot_mapping", slot_mapping, 1, "[num_tokens]")
-    _check_dtype("slot_mapping", slot_mapping, INDEX_DTYPES)
-    if slot_mapping.shape[0] != k.shape[0]:
-        raise ValueError(f"slot_mapping has {slot_mapping.shape[0]} entries but k has {k.shape[0]} tokens")
-    _check_device(k_cache.device, k=k, v=v, v_cache=v_cache, slot_mapping=slot_mapping)
-    num_slots = num_blocks * block_size
-    if k_cache.device.type == "cpu" and slot_mapping.numel() and int(slot_mapping.max()) >= num_slots:
-        raise ValueError(
-            f"slot_mapping max {int(slot_mapping.max())} must be < num_blocks x block_size = {num_slots}"
-        )
 
 
 def paged_attention_decode(
@@ -377,10 +329,9 @@ def paged_attention_decode(
     crash the process (see the module docstring).
     """
     if validate:
-        _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
-        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens)
-    if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
-        raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
+        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens)
+    checks.check_num_splits(num_splits)
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
@@ -388,26 +339,20 @@ def paged_attention_decode(
                 float(scale), plan=plan, num_splits=num_splits)
 
 
-def _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale):
-    _check_cache(k_cache, v_cache)
-    _check_q(q, k_cache, "num_seqs")
-    _check_device(k_cache.device, q=q, v_cache=v_cache)
-    _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
-    _check_scale(scale)
-
-
 def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
                      backend: str = "auto", validate: bool = True, plan=None, stats: KernelStats | None = None):
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
-    as ``engine.KVCache`` keeps them). A decode step calls this once per layer. Arguments as those two
-    functions'; q ``[num_seqs, num_heads, head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``.
-    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
-    crash the process (see the module docstring)."""
+    as ``engine.KVCache`` keeps them). Arguments as those two functions'; q ``[num_seqs, num_heads,
+    head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``. This is the public entry point; each
+    backend's own implementation is its ``Backend.store_and_decode`` (``torch_paged.torch_store_and_decode``,
+    ``cpu_paged.decode``...). ``validate=False``: trusted input only; out-of-range indices are
+    undefined behaviour and may crash the process (see the module docstring)."""
     if validate:
-        _check_store_kv(k, v, k_cache, v_cache, slot_mapping)
-        _check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
-        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens, slot_mapping=slot_mapping)
+        checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
+        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
+        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
+                          slot_mapping=slot_mapping)
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
@@ -430,49 +375,15 @@ def paged_attention_prefill(
     crash the process (see the module docstring).
     """
     if validate:
-        _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, max_query_len)
-        _check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
-                    query_start_loc=query_start_loc)
+        checks.check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
+                             max_query_len)
+        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
+                          query_start_loc=query_start_loc)
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
     return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables, context_lens,
                 query_start_loc, float(scale), plan=plan, max_query_len=max_query_len)
-
-
-def _check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, max_query_len=None):
-    _check_cache(k_cache, v_cache)
-    _check_q(q, k_cache, "num_tokens")
-    _check_device(k_cache.device, q=q, v_cache=v_cache)
-    _check_ndim("query_start_loc", query_start_loc, 1, "[num_seqs + 1]")
-    _check_dtype("query_start_loc", query_start_loc, INDEX_DTYPES)
-    num_seqs = query_start_loc.shape[0] - 1
-    if num_seqs < 0:
-        raise ValueError("query_start_loc must have num_seqs + 1 >= 1 entries, got 0")
-    _check_device(k_cache.device, query_start_loc=query_start_loc)
-    _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len=0)
-    if k_cache.device.type == "cpu":
-        qsl = query_start_loc.long()
-        q_lens = qsl[1:] - qsl[:-1]
-        if int(qsl[0]) != 0 or int(qsl[-1]) != q.shape[0]:
-            raise ValueError(
-                f"query_start_loc must start at 0 and end at num_tokens = {q.shape[0]}, "
-                f"got {int(qsl[0])} .. {int(qsl[-1])}"
-            )
-        if num_seqs and int(q_lens.min()) < 0:
-            raise ValueError("query_start_loc must be non-decreasing (query lengths >= 0)")
-        bad = (q_lens > context_lens.long()).nonzero()
-        if bad.numel():
-            i = int(bad[0, 0])
-            raise ValueError(
-                f"sequence {i}: query length {int(q_lens[i])} exceeds context_lens[{i}] = {int(context_lens[i])} "
-                f"(context_lens counts the query tokens too)"
-            )
-        # Triton sizes its grid by max_query_len: a smaller one would leave query rows unwritten
-        if max_query_len is not None and num_seqs and max_query_len < int(q_lens.max()):
-            raise ValueError(f"max_query_len {max_query_len} is less than the longest query, "
-                             f"{int(q_lens.max())} tokens")
-    _check_scale(scale)
 
 
 def paged_attention(

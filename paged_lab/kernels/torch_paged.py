@@ -50,7 +50,8 @@ class GatherPlan:
 
     @property
     def can_fuse(self) -> bool:
-        """Store and attend in one pass (:func:`store_and_decode`): the plan knows where every token goes."""
+        """Store and attend in one pass (:func:`fused_store_and_decode`): the plan knows where every
+        token goes."""
         return self.store_slots is not None and self.store_rows is None
 
 
@@ -253,15 +254,15 @@ def _decode_attend(q, k, v, plan: GatherPlan, scale: float):
     return o.reshape(S, H, d).to(q.dtype)
 
 
-def store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
+def fused_store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
     """:func:`store_kv` then :func:`paged_attention_decode` for one layer whose K and V caches are the two
     halves of ``kv`` ``[2, num_blocks, block_size, kv_heads, d]`` (``KVCache.data[layer]``): one index op
     stores both, one gathers both, one zeroes the unused slots of both. The compiled decode step calls
     this 30 times per token, so each op saved counts. Needs ``plan`` built with the step's slot_mapping
     and no padding slots; q: ``[S, H, d]``, k, v: ``[S, kv_heads, d]`` -> ``[S, H, d]``."""
     if not plan.can_fuse or not kv.is_contiguous():
-        raise ValueError("store_and_decode needs a plan with the step's slot_mapping, no padding slots, "
-                         "and a contiguous kv")
+        raise ValueError("fused_store_and_decode needs a plan with the step's slot_mapping, no padding "
+                         "slots, and a contiguous kv")
     S, d = q.shape[0], q.shape[2]
     kvh = kv.shape[3]
     kv.view(2, -1, kvh, d).index_copy_(1, plan.store_slots, torch.stack((k, v)).to(kv.dtype))
@@ -284,13 +285,14 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
     return k_cache.as_strided((2, *k_cache.shape), (n, *k_cache.stride()))
 
 
-def store_and_attend(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
-                     plan: GatherPlan | None = None):
-    """The torch backend's store + decode of one layer: :func:`store_and_decode` (fewer ops) when the plan
-    can fuse and the caches are one tensor's halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
+def torch_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
+                           plan: GatherPlan | None = None):
+    """The torch backend's ``store_and_decode`` (the dispatch's public ``store_and_decode`` runs it):
+    :func:`fused_store_and_decode` (fewer ops) when the plan can fuse and the caches are one tensor's
+    halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
     kv = one_tensor(k_cache, v_cache)
     if plan is not None and plan.can_fuse and kv is not None:
-        return store_and_decode(q, k, v, kv, plan, scale)
+        return fused_store_and_decode(q, k, v, kv, plan, scale)
     store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan)
     return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan)
 

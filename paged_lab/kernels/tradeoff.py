@@ -5,6 +5,10 @@ each in the kernel's loop) and leaves ``ceil(n / B) * B - n`` slots of its last 
 blocks waste little but make long tables and many small, scattered reads; big blocks make short
 tables and long contiguous reads but waste up to ``B - 1`` slots per sequence (on average about
 ``B / 2``) — memory that could have held other requests.
+
+The one home of these numbers: notebooks 03 and 06, the quiz of 06 and ``viz.kernels``' figures read
+them from :func:`block_size_cost`; ``tests/test_kernels_reference.py`` holds it to what the real
+``BlockManager`` allocates.
 """
 
 from __future__ import annotations

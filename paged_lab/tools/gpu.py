@@ -26,7 +26,7 @@ def _cc(device) -> int | None:
 
     if torch.device(device).type != "cuda":
         return None
-    from paged_lab.kernels.triton_paged import device_cc
+    from paged_lab.kernels.triton_launch import device_cc
 
     return device_cc(device)
 

@@ -433,21 +433,6 @@ def fig_sharing_vs_block_size(system_len: int = 50, block_sizes: Sequence[int] =
     return fig
 
 
-def block_size_tradeoff(lengths: Sequence[int], block_sizes: Sequence[int]) -> list[dict]:
-    """For each block size: allocate every length in ``lengths`` in one big pool and report the
-    wasted slots (the empty tail of each last block) and the block-table entries."""
-    rows = []
-    for bs in block_sizes:
-        bm = BlockManager(sum(cdiv(n, bs) for n in lengths), bs)
-        for i, n in enumerate(lengths):
-            bm.allocate(i, [0] * n)
-        slots = bm.num_used_blocks * bs
-        rows.append({"block_size": bs, "blocks": bm.num_used_blocks, "used_slots": slots,
-                     "wasted_slots": slots - sum(lengths), "waste": 1 - sum(lengths) / slots,
-                     "table_entries": bm.num_used_blocks})
-    return rows
-
-
 def _bound(bounds, name: str, value: int) -> range:
     lo, hi = (bounds or {}).get(name, (value, value))
     return range(int(lo), int(hi) + 1)

@@ -1,6 +1,8 @@
 """Pure figures for the paged-attention kernel (notebook 06 and benchmarks/kernel_bench.py).
 
-Each function takes tensors or numbers and returns a plotly Figure; nothing here runs a kernel.
+Each function takes tensors or numbers and returns a plotly Figure; nothing here runs a kernel, and
+nothing here computes what it draws twice: the online softmax's running values and the split-KV
+weights come from ``kernels.stepwise``, the block-size trade-off from ``kernels.tradeoff``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from paged_lab.kernels import stepwise
 from paged_lab.kernels.tradeoff import block_size_cost
 from paged_lab.kv_math import cdiv
 
@@ -143,7 +146,7 @@ def tradeoff_readout(fig=None, *, block_size: int, mean_context: int, num_seqs: 
 
 
 def fig_kernel_bench(rows: Sequence[Mapping], metric: str = "pct_peak") -> go.Figure:
-    """Measured decode results (``paged_lab.kernels.bench`` rows): one line per (batch, block size).
+    """Measured decode results (``paged_lab.tools.kernel_bench`` rows): one line per (batch, block size).
 
     ``metric``: ``"pct_peak"`` (achieved K+V bandwidth as % of the GPU's peak), ``"gbs"`` or
     ``"vs_sdpa"`` (Triton time / SDPA time on a contiguous cache; below 1 is faster).
@@ -197,26 +200,10 @@ def fig_last_block_mask(context_len: int, block_size: int, table: Sequence[int] 
     return fig
 
 
-def online_softmax_trace(block_scores: Sequence[Sequence[float]]) -> list[dict]:
-    """The online softmax's running values after each block of scores (one query head):
-    ``max`` (m), ``sum`` (l = sum of exp(score - m) over every score so far) and ``rescale``, the
-    factor exp(m_old - m_new) the old sum was multiplied by (1.0 when the block did not raise the max)."""
-    m, total, trace = -math.inf, 0.0, []
-    for j, scores in enumerate(block_scores):
-        if not len(scores):
-            raise ValueError(f"block_scores[{j}] is empty: every block read holds at least one token")
-        m_new = max(m, max(scores))
-        rescale = math.exp(m - m_new) if j else 1.0
-        total = total * rescale + sum(math.exp(s - m_new) for s in scores)
-        trace.append(dict(block=j, max=m_new, sum=total, rescale=rescale))
-        m = m_new
-    return trace
-
-
 def fig_online_softmax(block_scores: Sequence[Sequence[float]], head: int = 0) -> go.Figure:
     """Top: every score, block by block, and the running max m. Bottom: the running sum l after each
     block; where a block raised the max, the old sum was first scaled down by exp(m_old - m_new)."""
-    trace = online_softmax_trace(block_scores)
+    trace = stepwise.online_softmax_trace(block_scores)
     ends = [sum(len(s) for s in block_scores[: j + 1]) - 1 for j in range(len(block_scores))]
     fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.12, row_heights=[0.6, 0.4],
                         subplot_titles=("scores q·k × scale, and the running max m",
@@ -244,35 +231,11 @@ def fig_online_softmax(block_scores: Sequence[Sequence[float]], head: int = 0) -
     return fig
 
 
-def partition_lse(block_scores: Sequence[Sequence[float]], partitions: Sequence[range]) -> list[float]:
-    """log Σ exp(score) over the blocks of each partition (split-KV); an empty partition gives -inf."""
-    out = []
-    for part in partitions:
-        scores = [s for j in part for s in block_scores[j]]
-        if not scores:
-            out.append(-math.inf)
-            continue
-        m = max(scores)
-        out.append(m + math.log(sum(math.exp(s - m) for s in scores)))
-    return out
-
-
-def split_weights(lse: Sequence[float]) -> list[float]:
-    """Each partition's share of the softmax denominator, exp(lse_i - logsumexp(lse)): the weight of
-    its partial output in the merge. An empty partition (lse = -inf) weighs 0."""
-    finite = [x for x in lse if x != -math.inf]
-    if not finite:
-        raise ValueError("lse holds no finite value: at least one partition must hold tokens")
-    m = max(finite)
-    total = m + math.log(sum(math.exp(x - m) for x in finite))
-    return [0.0 if x == -math.inf else math.exp(x - total) for x in lse]
-
-
 def fig_split_merge(lse: Sequence[float], labels: Sequence[str]) -> go.Figure:
     """One bar per split-KV partition: its weight in the log-sum-exp merge (the weights add up to 1)."""
     if len(lse) != len(labels):
         raise ValueError(f"lse and labels must have the same length, got {len(lse)} and {len(labels)}")
-    w = split_weights(lse)
+    w = stepwise.split_weights(lse)
     text = [f"lse {x:.2f} → {100 * v:.0f}%" if x != -math.inf else "empty: lse −∞ → 0%" for x, v in zip(lse, w)]
     fig = go.Figure(go.Bar(x=list(labels), y=[100 * v for v in w], text=text, textposition="outside",
                            marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(w))]))

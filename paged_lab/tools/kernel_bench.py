@@ -28,7 +28,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-from paged_lab.kernels.dispatch import paged_attention_decode
+from paged_lab.kernels import paged_attention_decode
 from paged_lab.kv_math import cdiv
 
 # Datasheet peak memory bandwidth, GB/s (10^9 B/s), by the GPU's name as torch.cuda.get_device_name()

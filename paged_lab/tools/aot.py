@@ -7,8 +7,10 @@ compiled kernel needs: registers per thread, spilled bytes (the local stack fram
 with the wheel's ``cuobjdump``) and shared memory (Triton's metadata). None of it says how *fast* the
 kernels are: that needs a GPU (``scripts/gpu_check.py``).
 
-The constexprs come from :func:`~paged_lab.kernels.triton_paged.decode_launch` and its siblings, the
-functions the wrappers call at launch time, with the target's compute capability: one copy of that logic.
+The constexprs come from :func:`~paged_lab.kernels.triton_launch.decode_launch` and its siblings, the
+functions the launchers call at launch time, with the target's compute capability: one copy of that logic.
+This is an instrument of the tests (``tests/test_kernels_triton.py``) and of ``docs/benchmarks.md``'s
+table, not part of the kernels: nothing at run time imports it.
 
 The process must have imported triton with ``TRITON_INTERPRET`` unset or 0 (the kernels must be
 decorated as compiled functions), which is why ``tests/test_kernels_triton.py`` runs :func:`main` in a
@@ -27,7 +29,7 @@ from itertools import cycle
 
 TARGETS = (75, 80, 86, 90)  # T4; A100; RTX 30xx / A10 (sm_89, RTX 40xx / L4, has the same limits); H100 / H200
 DTYPES = ("float32", "float16", "bfloat16")
-BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # = dispatch.TRITON_BLOCK_SIZES (checked in the test)
+BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # = kernels.dispatch.TRITON_BLOCK_SIZES (checked in the test)
 HEAD_DIMS = (64, 128)  # = dispatch.TRITON_HEAD_DIMS
 GROUPS = (1, 3, 4, 8)  # query heads per KV head: MHA, SmolLM2, Llama-3.2-1B / 8B ...
 MAX_REGS = 255  # per thread, every target
@@ -94,7 +96,7 @@ def launches(cfg: Config) -> list[tuple[str, object]]:
     """(kernel name, Launch) pairs for a config, from the same functions the wrappers call."""
     import torch
 
-    from paged_lab.kernels import triton_paged as T
+    from paged_lab.kernels import triton_launch as T
 
     dtype = getattr(torch, cfg.dtype)
     num_heads = cfg.group * cfg.num_kv_heads
@@ -139,9 +141,9 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
-    from paged_lab.kernels import triton_paged as T
+    from paged_lab.kernels import triton_launch, triton_paged
 
-    fn = getattr(T, name)
+    fn = getattr(triton_paged, name)
     sig = _signature(fn, launch.constexprs, cfg.dtype, split=bool(launch.constexprs.get("SPLIT")))
     try:
         kernel = compile(ASTSource(fn, sig, constexprs=launch.constexprs), target=GPUTarget("cuda", cfg.cc, 32),
@@ -152,7 +154,7 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
                            f"options {launch.options}: {type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
     consts = ", ".join(f"{k}={v}" for k, v in launch.constexprs.items())
     return Resources(name, cfg.cc, cfg.dtype, consts, regs, stack, int(kernel.metadata.shared),
-                     T.SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
+                     triton_launch.SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
 
 
 def compile_config(cfg: Config) -> list[dict]:
@@ -160,7 +162,7 @@ def compile_config(cfg: Config) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    """``python -m paged_lab.kernels.aot [--jobs N] [--targets 75,90]``: print one JSON row per kernel."""
+    """``python -m paged_lab.tools.aot [--jobs N] [--targets 75,90]``: print one JSON row per kernel."""
     import argparse
     from concurrent.futures import ProcessPoolExecutor
 
