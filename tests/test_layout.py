@@ -7,12 +7,14 @@
 * no two modules of the package import each other, directly or through others (an import circle).
 
 The import graph is read from the source with ``ast`` (every ``import``/``from ... import``,
-function-level ones included), not by importing, so it sees lazy imports too.
+function-level ones included), not by importing, so it sees lazy imports too; imports under
+``if TYPE_CHECKING:`` only name types for the checker and never run, so they are not edges.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,12 @@ def imports_of(path: Path) -> set[str]:
     """The paged_lab modules that ``path`` imports (a ``from pkg import name`` of a submodule counts)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     here = module_name(path)
+    type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
+                 for stmt in block.body for n in ast.walk(stmt)}
     found = set()
     for node in ast.walk(tree):
+        if id(node) in type_only:  # ``if TYPE_CHECKING:`` imports name types; nothing runs them
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -44,6 +50,14 @@ def imports_of(path: Path) -> set[str]:
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
     return {m for m in found if m == "paged_lab" or m.startswith("paged_lab.")}
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def graph() -> dict[str, set[str]]:
@@ -116,3 +130,12 @@ def test_no_import_circle():
 def test_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_type_checking_imports_are_not_edges(tmp_path, monkeypatch):
+    src = tmp_path / "paged_lab" / "m.py"
+    src.parent.mkdir()
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from paged_lab import a\n"
+                   "def f():\n    from paged_lab import b\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "paged_lab")
+    assert imports_of(src) == {"paged_lab", "paged_lab.b"}  # the function-level import counts
