@@ -30,8 +30,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """The paged_lab modules that ``path`` imports (a ``from pkg import name`` of a submodule counts)."""
+def imports_of(path: Path, modules: set[str] | None = None) -> set[str]:
+    """The paged_lab modules that ``path`` imports. ``from pkg import name`` imports the module
+    ``pkg.name`` when there is one (a sibling, reached through its package), else ``pkg`` itself (a name
+    its ``__init__`` defines): the second can close a circle, the first cannot."""
+    modules = set(_modules()) if modules is None else modules
     tree = ast.parse(path.read_text(encoding="utf-8"))
     here = module_name(path)
     type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
@@ -47,9 +50,12 @@ def imports_of(path: Path) -> set[str]:
             if node.level:  # a relative import
                 pkg = here.split(".")[: len(here.split(".")) - node.level + (path.name == "__init__.py")]
                 base = ".".join(pkg + ([base] if base else []))
-            found.add(base)
-            found |= {f"{base}.{a.name}" for a in node.names}
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
     return {m for m in found if m == "paged_lab" or m.startswith("paged_lab.")}
+
+
+def _modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def _is_type_checking_block(node: ast.AST) -> bool:
@@ -61,8 +67,9 @@ def _is_type_checking_block(node: ast.AST) -> bool:
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports_of(p) if m in modules and m != name} for name, p in modules.items()}
+    modules = _modules()
+    names = set(modules)
+    return {name: {m for m in imports_of(p, names) if m in modules and m != name} for name, p in modules.items()}
 
 
 def room(module: str) -> str:
@@ -106,9 +113,6 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
         colour[node] = "grey"
         stack.append(node)
         for dep in sorted(g[node]):
-            # a package's __init__ importing its own submodules is how packages work, not a circle
-            if node != "paged_lab" and dep.startswith(node + "."):
-                continue
             if colour.get(dep) == "grey":
                 return stack[stack.index(dep):] + [dep]
             if dep not in colour and (cycle := visit(dep)):
@@ -138,4 +142,6 @@ def test_type_checking_imports_are_not_edges(tmp_path, monkeypatch):
     src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from paged_lab import a\n"
                    "def f():\n    from paged_lab import b\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "paged_lab")
-    assert imports_of(src) == {"paged_lab", "paged_lab.b"}  # the function-level import counts
+    # the function-level import counts; paged_lab.b is no module here, so it is a name of paged_lab
+    assert imports_of(src, {"paged_lab", "paged_lab.m"}) == {"paged_lab"}
+    assert imports_of(src, {"paged_lab", "paged_lab.m", "paged_lab.b"}) == {"paged_lab.b"}
