@@ -80,7 +80,8 @@ def compare(small: int, large: int, caching: bool, repeats: int, cycles: int) ->
 def compare_checkouts(checkout: Path, caching: bool, repeats: int, cycles: int,
                       num_blocks: int = 1_000) -> tuple[float, float]:
     """Median CPU seconds per cycle of ``checkout``'s BlockManager and of this one's, taking turns."""
-    path = Path(__file__).with_name("sim_before_after.py")  # (its loader: the other checkout as paged_lab_before)
+    # (its loader: the other checkout as paged_lab_before)
+    path = Path(__file__).with_name("sim_before_after.py")
     spec = importlib.util.spec_from_file_location("sim_before_after", path)
     sim_before_after = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sim_before_after)
@@ -119,14 +120,15 @@ def main(argv=None) -> dict:
         return main_before_after(args.before, repeats, cycles)
     small, large = args.sizes
     ops_per_cycle = 1 + GENERATE + 1
-    print(f"one cycle = allocate({PROMPT} tokens) + {GENERATE} x append_token + free, block_size={BLOCK_SIZE}; "
-          f"median of {repeats} x {cycles} cycles")
+    print(f"one cycle = allocate({PROMPT} tokens) + {GENERATE} x append_token + free, "
+          f"block_size={BLOCK_SIZE}; median of {repeats} x {cycles} cycles")
     print(f"{'prefix caching':>15} {'blocks':>10} {'us/cycle':>10} {'us/op':>8}")
     ratios = {}
     for caching in (False, True):
         t = dict(zip((small, large), compare(small, large, caching, repeats, cycles)))
         for n in (small, large):
-            print(f"{'on' if caching else 'off':>15} {n:>10,} {t[n] * 1e6:>10.1f} {t[n] * 1e6 / ops_per_cycle:>8.2f}")
+            print(f"{'on' if caching else 'off':>15} {n:>10,} {t[n] * 1e6:>10.1f} "
+                  f"{t[n] * 1e6 / ops_per_cycle:>8.2f}")
         ratios[caching] = t[large] / t[small]
         print(f"{'':>15} ratio {large:,} / {small:,} blocks = {ratios[caching]:.2f}x (target <= 1.5x)")
     return ratios

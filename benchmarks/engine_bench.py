@@ -15,5 +15,6 @@ import torch
 from paged_lab.tools.cli import main
 
 if __name__ == "__main__":
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.processor() or platform.machine()}")
+    print(f"python {platform.python_version()}, torch {torch.__version__}, "
+          f"{platform.processor() or platform.machine()}")
     raise SystemExit(main(["bench", *sys.argv[1:]]))

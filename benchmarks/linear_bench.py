@@ -57,15 +57,17 @@ def main() -> int:
               for _ in range(LAYERS)]
     head = [rand(VOCAB, HIDDEN)]
     groups = {"30 layers (q/k/v, o, gate/up, down)": layers, "head 49152 x 576": [dict(head=head)]}
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
-          f"torch threads {args.threads}, {args.dtype}, batch hint {PREPACK_BATCH_HINT}, median of {args.repeats}"
+    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch "
+          f"threads {args.threads}, {args.dtype}, batch hint {PREPACK_BATCH_HINT}, median of {args.repeats}"
           + (f"; no C matmul: {why_no_c}" if why_no_c else ""))
-    print(f"{'what':<38}{'rows':>5}{'F.linear ms':>13}{'oneDNN ms':>11}{'C ms':>8}{'F/oneDNN':>10}{'oneDNN/C':>10}")
+    print(f"{'what':<38}{'rows':>5}{'F.linear ms':>13}{'oneDNN ms':>11}"
+          f"{'C ms':>8}{'F/oneDNN':>10}{'oneDNN/C':>10}")
     with torch.inference_mode():
         for name, group in groups.items():
             plain = [{k: Linear(ws) for k, ws in layer.items()} for layer in group]
             onednn = [{k: _onednn_only(ws) for k, ws in layer.items()} for layer in group]
-            panels = None if why_no_c else [{k: Linear(ws, prepack=True) for k, ws in layer.items()} for layer in group]
+            panels = None if why_no_c else [{k: Linear(ws, prepack=True) for k, ws in layer.items()}
+                                            for layer in group]
             for rows in ROWS:
                 x = {HIDDEN: rand(rows, HIDDEN), INTER: rand(rows, INTER)}  # [rows, in_features]
                 a, b = _median_ms(plain, x, args.repeats), _median_ms(onednn, x, args.repeats)
@@ -74,7 +76,8 @@ def main() -> int:
     # the paths agree (fp32: summation order only)
     x = rand(8, HIDDEN)
     want = Linear(head).parts(x)[0].float()
-    for label, lin in (("oneDNN", _onednn_only(head)), ("C", None if why_no_c else Linear(head, prepack=True))):
+    for label, lin in (("oneDNN", _onednn_only(head)), ("C",
+                                                        None if why_no_c else Linear(head, prepack=True))):
         if lin is not None:
             diff = (lin.parts(x)[0].float() - want).abs().max().item()
             assert diff < (1e-5 if dtype == torch.float32 else 0.1), diff
@@ -85,7 +88,8 @@ def main() -> int:
 def _onednn_only(ws) -> Linear:
     """A Linear that multiplies with its oneDNN copy at every row count (the C matmul's panels dropped)."""
     lin = Linear(ws)
-    lin.packed = torch.ops.mkldnn._reorder_linear_weight(ws[0] if len(ws) == 1 else torch.cat(ws), PREPACK_BATCH_HINT)
+    lin.packed = torch.ops.mkldnn._reorder_linear_weight(ws[0] if len(ws) == 1 else torch.cat(ws),
+                                                         PREPACK_BATCH_HINT)
     return lin
 
 

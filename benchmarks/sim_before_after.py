@@ -90,8 +90,9 @@ def main() -> None:
         tokens = sum(r.max_tokens for r in workloads[1])
         t_before, t_after = statistics.median(times_before), statistics.median(times_after)
         best = min(times_after) / min(times_before)  # other load only adds time: the best runs agree more
-        print(f"  {label:30s} before {1e6 * t_before / tokens:6.2f} us/token   after {1e6 * t_after / tokens:6.2f}"
-              f"   after/before {t_after / t_before:5.2f}x (best runs {best:4.2f}x)")
+        print(f"  {label:30s} before {1e6 * t_before / tokens:6.2f} us/token   after "
+              f"{1e6 * t_after / tokens:6.2f}   after/before {t_after / t_before:5.2f}x (best "
+              f"runs {best:4.2f}x)")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def measure(n: int, repeats: int, make_allocator, rate: float | None = None) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests per step (default: all at step 0)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="Poisson arrivals, requests per step (default: all at step 0)")
     args = ap.parse_args()
     variants = {
         "paged (BlockManager, no event log)": lambda: paged(2048, 16),
@@ -51,7 +52,8 @@ def main() -> None:
     }
     for label, make in variants.items():
         print(f"\n{label}")
-        print(f"{'requests':>9} {'tokens':>9} {'steps':>6} {'wall ms':>9} {'cpu ms':>9} {'us/token':>9} {'growth':>7}")
+        print(f"{'requests':>9} {'tokens':>9} {'steps':>6} {'wall ms':>9} {'cpu ms':>9} "
+              f"{'us/token':>9} {'growth':>7}")
         prev = None
         for n in SIZES:
             repeats = (3 if args.quick else 7) if n < 10_000 else (1 if args.quick else 3)

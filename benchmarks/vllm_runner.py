@@ -38,7 +38,8 @@ def answer(event: str, **fields) -> None:
 
 
 def preload_libs() -> list[str]:
-    """Intel OpenMP from this venv and tcmalloc from the system, as vLLM's CPU guide asks (``set LD_PRELOAD``)."""
+    """Intel OpenMP from this venv and tcmalloc from the system, as vLLM's CPU guide asks
+    (``set LD_PRELOAD``)."""
     libs = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libiomp5.so")))
     tcmalloc = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
     for root in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"):  # find_library gives a bare soname
@@ -69,7 +70,8 @@ def set_cpu_env(threads: int, kv_cache_gib: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", type=Path, required=True, help='JSON: [{"prompt_token_ids": [...], "max_tokens": n}]')
+    ap.add_argument("--workload", type=Path, required=True,
+                    help='JSON: [{"prompt_token_ids": [...], "max_tokens": n}]')
     ap.add_argument("--model-dir", required=True, help="a local Hugging Face model directory")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--block-size", type=int, default=128, help="vLLM's CPU default; a multiple of 32 there")
@@ -113,8 +115,8 @@ def main() -> int:
            enable_prefix_caching=bool(cfg.cache_config.enable_prefix_caching),
            enforce_eager=bool(cfg.model_config.enforce_eager),
            chunked_prefill=bool(cfg.scheduler_config.enable_chunked_prefill),
-           threads_bind=os.environ["VLLM_CPU_OMP_THREADS_BIND"], kv_cache_gib=os.environ["VLLM_CPU_KVCACHE_SPACE"],
-           ld_preload=os.environ.get("LD_PRELOAD", ""))
+           threads_bind=os.environ["VLLM_CPU_OMP_THREADS_BIND"],
+           kv_cache_gib=os.environ["VLLM_CPU_KVCACHE_SPACE"], ld_preload=os.environ.get("LD_PRELOAD", ""))
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "run":

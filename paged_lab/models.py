@@ -54,7 +54,8 @@ def _torch_dtype(dtype: Any):
 
     name = canonical_dtype(dtype)
     if name == "fp8":
-        raise ValueError("dtype='fp8' is a KV-cache size in kv_math; load_model needs float32/bfloat16/float16")
+        raise ValueError("dtype='fp8' is a KV-cache size in kv_math; load_model needs "
+                         "float32/bfloat16/float16")
     return getattr(torch, name)
 
 
@@ -250,7 +251,8 @@ def byte_tokenizer():
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=_BYTE_SPECIALS[0], eos_token=_BYTE_SPECIALS[1],
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=_BYTE_SPECIALS[0],
+                                  eos_token=_BYTE_SPECIALS[1],
                                   pad_token=_BYTE_SPECIALS[1])  # fmt: skip
     tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     return tok
@@ -259,7 +261,8 @@ def byte_tokenizer():
 def _byte_of(char: str) -> int:
     """GPT-2's byte -> printable character map, inverted: printable bytes stand for themselves,
     the other 68 are shifted to 256 + k in order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), 256)]
     code = ord(char)
     if code in printable:
         return code
@@ -275,7 +278,8 @@ def random_llama_config(spec: ModelSpec):
     from transformers import LlamaConfig
 
     if spec.vocab_size < 258:
-        raise ValueError(f"vocab_size must be >= 258 for the byte tokenizer, got {spec.vocab_size} ({spec.name})")
+        raise ValueError("vocab_size must be >= 258 for the byte tokenizer, got "
+                         f"{spec.vocab_size} ({spec.name})")
     return LlamaConfig(
         vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size or 4 * spec.hidden_size,
@@ -286,7 +290,8 @@ def random_llama_config(spec: ModelSpec):
     )  # fmt: skip
 
 
-def random_model(spec: str | ModelSpec, dtype: Any = "float32", device: str | None = None, seed: int = RANDOM_SEED):
+def random_model(spec: str | ModelSpec, dtype: Any = "float32", device: str | None = None,
+                 seed: int = RANDOM_SEED):
     """``(model, tokenizer, spec)`` like :func:`load_model`, for a Llama-shaped model with seeded random
     weights: ``spec`` is a catalogue name (``"llama-3.2-1b"``) or a :class:`~paged_lab.kv_math.ModelSpec`.
 

@@ -13,7 +13,8 @@
   settings, built from that same state, shown when the widgets cannot render (offline, or no kernel).
 - Cells collapsed in JupyterLab (``jupyter.source_hidden``: the setup cell, the check cells) show no
   code on the page either, only their output.
-- A quiz (``paged_lab.classroom.quiz``) is shown as its text: questions, choices, and answers in ``<details>``.
+- A quiz (``paged_lab.classroom.quiz``) is shown as its text: questions, choices, and
+  answers in ``<details>``.
 - Links between notebooks point at the pages; ``index.html`` is the executed ``00_index``.
 """
 
@@ -70,7 +71,8 @@ def plotly_js(mode: str = "embed") -> str:
     if mode not in PLOTLYJS_MODES:
         raise ValueError(f"plotlyjs must be one of {PLOTLYJS_MODES}, got {mode!r}")
     if mode == "cdn":
-        script = f'<script src="https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" charset="utf-8"></script>'
+        script = (f'<script src="https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" '
+                  'charset="utf-8"></script>')
     else:
         script = f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"
     return (
@@ -97,7 +99,8 @@ def slim_widget_state(state: dict) -> int:
     slimmed = 0
     for entry in state.values():
         esm = entry.get("state", {}).get("_esm")
-        if entry.get("model_name") == "AnyModel" and "_widget_data" in entry["state"] and esm != FIGURE_WIDGET_ESM:
+        if (entry.get("model_name") == "AnyModel" and "_widget_data" in entry["state"]
+                and esm != FIGURE_WIDGET_ESM):
             entry["state"]["_esm"] = FIGURE_WIDGET_ESM
             slimmed += 1
     return slimmed
@@ -171,12 +174,14 @@ def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if cell.cell_type != "code":
             continue
         if cell.metadata.get("jupyter", {}).get("source_hidden"):  # collapsed in JupyterLab (setup, checks):
-            cell.metadata.setdefault("transient", {})["remove_source"] = True  # nbconvert leaves its code out too
+            # nbconvert leaves its code out too
+            cell.metadata.setdefault("transient", {})["remove_source"] = True
         outputs = []
         for out in cell.outputs:
             data = out.get("data", {})
             if WIDGET_VIEW in data and QUIZ_STATIC in data.get("text/html", ""):
-                del data[WIDGET_VIEW]  # a quiz needs a kernel to answer: the page shows its text, answers folded
+                # a quiz needs a kernel to answer: the page shows its text, answers folded
+                del data[WIDGET_VIEW]
             if PLOTLY in data and "text/html" not in data:
                 data["text/html"] = figure_html(data[PLOTLY])
             outputs.append(out)
@@ -193,7 +198,8 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
 
     nb = nbformat.read(path, as_version=4)
     NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(path.parent)}}
+        nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     return nb
 
@@ -221,16 +227,19 @@ def to_html(nb: nbformat.NotebookNode, pages: list[str], plotlyjs: str = "embed"
     body = body.replace("</body>", HIDE_FALLBACKS + "\n</body>", 1)
     for name in pages:  # links between notebooks go to their pages
         stem = name.removesuffix(".ipynb")
-        body = re.sub(rf'href="((?:\.\./)?)(?:notebooks/)?{re.escape(name)}"', rf'href="\g<1>{stem}.html"', body)
+        body = re.sub(rf'href="((?:\.\./)?)(?:notebooks/)?{re.escape(name)}"', rf'href="\g<1>{stem}.html"',
+                      body)
     return body
 
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update",
                  "--disable-sync", "--disable-quic", "--no-first-run"]  # fmt: skip
 
 
 def shot_name(page_path: Path) -> str:
-    """The screenshot's file name: a translated page keeps its folder in the name (``zh-TW-01_kv_cache_math.png``),
+    """The screenshot's file name: a translated page keeps its folder in the name
+    (``zh-TW-01_kv_cache_math.png``),
     so that it does not overwrite the English page's ``01_kv_cache_math.png``."""
     folder = page_path.parent.name
     return f"{folder}-{page_path.stem}.png" if folder in TRANSLATED_FOLDERS else f"{page_path.stem}.png"
@@ -258,7 +267,8 @@ DRAWN_FIGURES = """() => Array.from(document.querySelectorAll('.js-plotly-plot')
   .filter((p) => !p.closest('.jupyter-widgets') && p.querySelector('.main-svg') && (p.data || []).length > 0)
   .length"""
 STATIC_PICTURES = """() => Array.from(document.querySelectorAll('.paged-lab-static')).map(
-  (el) => Array.from(el.querySelectorAll('.js-plotly-plot')).some((p) => p.querySelector('.main-svg') && (p.data || []).length > 0))"""
+  (el) => Array.from(el.querySelectorAll('.js-plotly-plot')).some((p) => p.querySelector('.main-svg') && \
+(p.data || []).length > 0))"""
 
 
 def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromium") -> list[str]:
@@ -282,9 +292,11 @@ def check_pages(pages: list[Path], shots: Path, chromium: str = "/usr/bin/chromi
             drawn, statics = page.evaluate(DRAWN_FIGURES), page.evaluate(STATIC_PICTURES)
             page.screenshot(path=str(shots / shot_name(page_path)))
             if drawn < expected:
-                problems.append(f"{name}: {drawn} of {expected} figures drawn (plain figures and playgrounds' static pictures)")
+                problems.append(f"{name}: {drawn} of {expected} figures drawn (plain figures and "
+                                "playgrounds' static pictures)")
             if not all(statics):
-                problems.append(f"{name}: {statics.count(False)} of {len(statics)} playgrounds show no static picture")
+                problems.append(f"{name}: {statics.count(False)} of {len(statics)} playgrounds show "
+                                "no static picture")
             page.close()
         browser.close()
     return problems
@@ -297,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plotlyjs", choices=PLOTLYJS_MODES, default="embed",
                         help="embed plotly.js in each page (offline) or load it once from plotly's CDN")
     parser.add_argument("--check", action="store_true",
-                        help="open the pages in headless Chromium, offline, and fail unless every plain figure and "
-                        "every playground's static picture is drawn; screenshots to OUT/screenshots")
+                        help="open the pages in headless Chromium, offline, and fail unless every plain "
+                             "figure and every playground's static picture is drawn; screenshots "
+                             "to OUT/screenshots")
     args = parser.parse_args(argv)
     series = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")) + [
         p for folder in TRANSLATED_FOLDERS for p in sorted((NOTEBOOKS / folder).glob("[0-9][0-9]_*.ipynb"))]
@@ -317,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             (page.parent / "index.html").write_text(page.read_text())
         built.append(page)
         size = page.stat().st_size / 2**20
-        print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({size:.1f} MiB, {time.perf_counter() - start:.0f} s)", flush=True)
+        print(f"[{i}/{len(chosen)}] {path.name} -> {page} ({size:.1f} MiB, "
+              f"{time.perf_counter() - start:.0f} s)", flush=True)
     if args.check:
         problems = check_pages(built, args.out / "screenshots")
         for problem in problems:

@@ -1,6 +1,7 @@
 """Execute each notebook headless and check it against its time and memory budget.
 
-    python scripts/measure_notebooks.py                 # every notebook and zh-TW twin, print the table, exit 1 if over budget
+    python scripts/measure_notebooks.py                 # every notebook and zh-TW twin, print the
+    table, exit 1 if over budget
     python scripts/measure_notebooks.py --write docs/notebooks.md
     python scripts/measure_notebooks.py notebooks/01_kv_cache_math.ipynb
 
@@ -134,7 +135,8 @@ def markdown_table(rows: list[Measurement], kept: list[str] = ()) -> str:
     """The budget table; ``kept`` are earlier rows (markdown lines) of notebooks not measured now."""
     lines = [
         f"| `{m.notebook}` | {m.seconds:.1f} s | {m.time_limit:.0f} s | {m.peak_bytes / 2**20:,.0f} MiB | "
-        f"{MEMORY_LIMIT_BYTES / 1e9:.0f} GB | {'yes' if not m.problems() else '**no**'} | {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} |"
+        f"{MEMORY_LIMIT_BYTES / 1e9:.0f} GB | {'yes' if not m.problems() else '**no**'} | "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} |"
         for m in rows
     ]
     header = [
@@ -169,15 +171,17 @@ def machine_note() -> str:
 
     return (
         "Measured with `python scripts/measure_notebooks.py --write docs/notebooks.md` (last run "
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC) on {platform.machine()} Linux, {os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-        f"no GPU: Python {platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the start "
-        "(a shared machine: the times are upper bounds)."
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC) on {platform.machine()} Linux, "
+        f"{os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU: Python "
+        f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the start (a shared machine: "
+        "the times are upper bounds)."
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: the whole series and its zh-TW twins)")
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to run (default: the whole series and its zh-TW twins)")
     parser.add_argument("--write", type=Path, help="markdown file whose budget-table block gets the results")
     args = parser.parse_args(argv)
     translations = [p for lang in LANGS[1:] for p in discover(NOTEBOOKS / lang)]  # notebooks/zh-TW/, ...
@@ -188,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     note, rows = machine_note(), []
     for path in paths:
         m = execute(path)
-        print(f"{m.notebook}: {m.seconds:.1f} s (limit {m.time_limit:.0f} s), {m.peak_bytes / 2**20:,.0f} MiB", flush=True)
+        print(f"{m.notebook}: {m.seconds:.1f} s (limit {m.time_limit:.0f} s), "
+              f"{m.peak_bytes / 2**20:,.0f} MiB", flush=True)
         rows.append(m)
     print(markdown_table(rows))
     if args.write:  # rows of notebooks not measured this time stay, with their own date
         measured = {m.notebook for m in rows}
-        kept = [line for name, line in table_rows(args.write).items() if name not in measured and (NOTEBOOKS / name).exists()]
+        kept = [line for name,
+                line in table_rows(args.write).items() if name not in measured
+                and (NOTEBOOKS / name).exists()]
         write_table(args.write, markdown_table(rows, kept), note)
     problems = [p for m in rows for p in m.problems()]
     for p in problems:

@@ -47,7 +47,8 @@ def draw_case(index: int) -> dict:
         block_size = rng.choice([1, 2, 4, 16])
         longest = max(len(prompt) + max_tokens - 1 for _, prompt, max_tokens, _ in requests)
         num_blocks = max(1, math.ceil(longest / block_size) + rng.randint(-1, 6))  # tight: some are preempted
-        pool = {"num_blocks": num_blocks, "block_size": block_size, "enable_prefix_caching": rng.random() < 0.5}
+        pool = {"num_blocks": num_blocks, "block_size": block_size,
+                "enable_prefix_caching": rng.random() < 0.5}
     scheduler = {"max_num_seqs": rng.randint(1, 6), "mode": rng.choice(["static", "continuous"]),
                  "preemption": rng.choice(["recompute", "swap"]),
                  "max_num_batched_tokens": rng.choice([None, None, rng.randint(1, 32)]),

@@ -37,7 +37,8 @@ def prompts() -> list[list[int]]:
     rng = random.Random(2026)
     shared = [rng.randrange(100, 40000) for _ in range(40)]
     out = [[rng.randrange(100, 40000) for _ in range(n)] for n in (3, 17, 64, 200)]
-    out += [shared + [rng.randrange(100, 40000) for _ in range(5)], shared + [rng.randrange(100, 40000) for _ in range(9)]]
+    out += [shared + [rng.randrange(100, 40000) for _ in range(5)],
+            shared + [rng.randrange(100, 40000) for _ in range(9)]]
     out.append(list(out[1]))  # a twin of the 17-token prompt
     return out
 
@@ -52,19 +53,22 @@ def record(model_dir: Path) -> dict:
               enable_prefix_caching=True)
     sp = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts()], sp, use_tqdm=False)
-    return {"vllm_version": vllm.__version__, "recorder": "scripts/record_vllm_greedy.py", "model": "smollm2-135m",
-            "dtype": "float32", "max_tokens": MAX_TOKENS, "block_size": BLOCK_SIZE,
-            "requests": [{"prompt_token_ids": o.prompt_token_ids, "output_token_ids": list(o.outputs[0].token_ids)}
+    return {"vllm_version": vllm.__version__, "recorder": "scripts/record_vllm_greedy.py",
+            "model": "smollm2-135m", "dtype": "float32", "max_tokens": MAX_TOKENS, "block_size": BLOCK_SIZE,
+            "requests": [{"prompt_token_ids": o.prompt_token_ids,
+                          "output_token_ids": list(o.outputs[0].token_ids)}
                          for o in outs]}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", type=Path, default=CACHE_ROOT / "smollm2-135m-instruct-fp32")
-    ap.add_argument("--check", action="store_true", help="compare with the committed file; exit 1 on a difference")
+    ap.add_argument("--check", action="store_true", help="compare with the committed file; exit "
+                                                         "1 on a difference")
     args = ap.parse_args(argv)
     if not (args.model_dir / "config.json").exists():
-        print(f"no model at {args.model_dir}: run the project's paged_lab.models.load_model() once", file=sys.stderr)
+        print(f"no model at {args.model_dir}: run the project's paged_lab.models.load_model() once",
+              file=sys.stderr)
         return 2
     data = record(args.model_dir)
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"

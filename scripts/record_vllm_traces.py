@@ -68,7 +68,8 @@ def seq(start: int, n: int) -> list[int]:
     return list(range(start, start + n))
 
 
-def cfg(num_blocks, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, caching=False, max_model_len=256):
+def cfg(num_blocks, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, caching=False,
+        max_model_len=256):
     return {
         "num_blocks": num_blocks,
         "block_size": block_size,
@@ -107,15 +108,18 @@ def handwritten_scenarios() -> list[dict]:
         "description": "Caching off: A's three blocks are freed tail first to the front of the free queue, "
                        "so B, arriving next, is handed A's last block first (LIFO), then the one before it.",
         "config": cfg(num_blocks=9),
-        "requests": [req("A", seq(101, 10), max_tokens=1), req("B", seq(201, 6), max_tokens=4, arrival_step=1)],
+        "requests": [req("A", seq(101, 10), max_tokens=1), req("B", seq(201, 6), max_tokens=4,
+                                                               arrival_step=1)],
     })
     s.append({
         "name": "reuse_lru_caching_on",
-        "description": "Caching on: A's two full (hashed) blocks go to the back of the free queue, tail first, "
-                       "and its partial block to the front; an unrelated B takes the never-used blocks and "
-                       "the partial one first, and only when those run out evicts A's tail block, then its head.",
+        "description": "Caching on: A's two full (hashed) blocks go to the back of the free queue, tail "
+                       "first, and its partial block to the front; an unrelated B takes the never-used "
+                       "blocks and the partial one first, and only when those run out evicts A's tail "
+                       "block, then its head.",
         "config": cfg(num_blocks=9, caching=True),
-        "requests": [req("A", seq(101, 10), max_tokens=1), req("B", seq(301, 25), max_tokens=3, arrival_step=1)],
+        "requests": [req("A", seq(101, 10), max_tokens=1), req("B", seq(301, 25), max_tokens=3,
+                                                               arrival_step=1)],
     })
     s.append({
         "name": "prefix_hit_after_finish",
@@ -138,19 +142,22 @@ def handwritten_scenarios() -> list[dict]:
     })
     s.append({
         "name": "long_prompt_partial_fit",
-        "description": "B's 20-token prompt (5 blocks) arrives while A holds 5 of 8 blocks: its first 8-token "
-                       "chunk would fit in the 3 free ones, but with scheduler_reserve_full_isl the whole prompt "
-                       "must fit, so B waits, unchunked, until A finishes and frees its blocks.",
+        "description": "B's 20-token prompt (5 blocks) arrives while A holds 5 of 8 blocks: its first "
+                       "8-token chunk would fit in the 3 free ones, but with scheduler_reserve_full_isl the "
+                       "whole prompt must fit, so B waits, unchunked, until A finishes and frees its blocks.",
         "config": cfg(num_blocks=9, max_num_seqs=4, max_num_batched_tokens=8),
-        "requests": [req("A", seq(101, 16), max_tokens=4), req("B", seq(201, 20), max_tokens=3, arrival_step=2)],
+        "requests": [req("A", seq(101, 16), max_tokens=4), req("B", seq(201, 20), max_tokens=3,
+                                                               arrival_step=2)],
     })
     s.append({
         "name": "admitted_prefill_preempted",
         "description": "The full-prompt check is made once, at admission, and reserves nothing: B's 20-token "
-                       "prompt is admitted into 6 free blocks and prefilled in chunks, A's decode takes one of "
-                       "them, and B (running[-1]) preempts itself mid-prompt and waits until its prompt fits again.",
+                       "prompt is admitted into 6 free blocks and prefilled in chunks, A's decode takes one "
+                       "of them, and B (running[-1]) preempts itself mid-prompt and waits until its "
+                       "prompt fits again.",
         "config": cfg(num_blocks=9, max_num_seqs=4, max_num_batched_tokens=8),
-        "requests": [req("A", seq(101, 12), max_tokens=5), req("B", seq(201, 20), max_tokens=3, arrival_step=1)],
+        "requests": [req("A", seq(101, 12), max_tokens=5), req("B", seq(201, 20), max_tokens=3,
+                                                               arrival_step=1)],
     })
     prefix = seq(11, 12)
     s.append({
@@ -159,16 +166,17 @@ def handwritten_scenarios() -> list[dict]:
                        "blocks hit blocks A is using, so the admission check asks for 2 new blocks and B is "
                        "admitted at once (compare long_prompt_partial_fit).",
         "config": cfg(num_blocks=9, caching=True),
-        "requests": [req("A", prefix + [501], max_tokens=3), req("B", prefix + seq(601, 8), max_tokens=2, arrival_step=1)],
+        "requests": [req("A", prefix + [501], max_tokens=3), req("B", prefix + seq(601, 8), max_tokens=2,
+                                                                 arrival_step=1)],
     })
     for caching in (False, True):
         tag = "on" if caching else "off"
         s.append({
             "name": f"preemption_caching_{tag}",
             "description": (
-                f"Caching {tag}: both 8-token prompts are admitted (admission ignores max_tokens), their decodes "
-                "outgrow 6 blocks, the last-admitted (running[-1]) is preempted and its blocks freed, and it "
-                "is re-admitted after A finishes to recompute prompt + outputs"
+                f"Caching {tag}: both 8-token prompts are admitted (admission ignores max_tokens), their "
+                "decodes outgrow 6 blocks, the last-admitted (running[-1]) is preempted and its blocks "
+                "freed, and it is re-admitted after A finishes to recompute prompt + outputs"
                 + (": A's growth evicted its tail block first, its two head blocks are re-hit."
                    if caching else ", from scratch.")
             ),
@@ -315,7 +323,8 @@ class Recorder:
             max_num_seqs=c["max_num_seqs"], max_num_batched_tokens=c["max_num_batched_tokens"],
             max_model_len=c["max_model_len"], is_encoder_decoder=False,
         )
-        cache_config = self.CacheConfig(block_size=c["block_size"], enable_prefix_caching=c["enable_prefix_caching"])
+        cache_config = self.CacheConfig(block_size=c["block_size"],
+                                        enable_prefix_caching=c["enable_prefix_caching"])
         vllm_config = self.VllmConfig(
             model_config=model_config, scheduler_config=scheduler_config, cache_config=cache_config
         )
@@ -416,7 +425,8 @@ class Recorder:
                 obj = self.Request(
                     request_id=rid,
                     prompt_token_ids=list(r["prompt_token_ids"]),
-                    sampling_params=self.SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True),
+                    sampling_params=self.SamplingParams(temperature=0.0, max_tokens=r["max_tokens"],
+                                                        ignore_eos=True),
                     pooling_params=None,
                     arrival_time=float(step),
                     block_hasher=hasher,
@@ -525,7 +535,8 @@ SHARED_KEYS = (
     "gpu_memory_utilization", "num_lookahead_tokens", "use_v2_model_runner",
 )
 PER_SCENARIO_KEYS = (
-    "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "max_model_len",
+    "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
+    "max_model_len",
 )
 
 
@@ -593,7 +604,8 @@ def summary(data: dict) -> str:
             "on" if s["config"]["enable_prefix_caching"] else "off",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i,
+                       (cell, w) in enumerate(zip(r, widths)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

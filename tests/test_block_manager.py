@@ -369,7 +369,8 @@ def _snapshot(bm):
     (lambda bm: bm.allocate("b", [1, 2.0]), r"token_ids\[1\] must be an integer, got 2.0"),
     (lambda bm: bm.can_allocate([1, None]), r"tokens\[1\] must be an integer, got None"),
     (lambda bm: bm.append_token("a", 1.5), r"token_id must be an integer, got 1.5"),
-    (lambda bm: bm.allocate("b", [1, 2], num_tokens_to_cache=3), r"num_tokens_to_cache must be .* <= 2, got 3"),
+    (lambda bm: bm.allocate("b", [1, 2], num_tokens_to_cache=3),
+     r"num_tokens_to_cache must be .* <= 2, got 3"),
     (lambda bm: bm.cache_blocks("a", 9), r"num_tokens must be an integer >= 0 and <= 6, got 9"),
 ])
 def test_bad_arguments_raise_and_change_nothing(call, match):

@@ -19,7 +19,8 @@ def _saved_figure_widget(title: str) -> dict:
     """A FigureWidget's entry in a notebook's saved widget state, as nbclient stores it."""
     w = go.FigureWidget(go.Bar(y=[1, 2, 3]), layout_title_text=title)
     state = {k: getattr(w, k) for k in ("_esm", "_widget_data", "_widget_layout")}
-    return {"model_name": "AnyModel", "model_module": "anywidget", "model_module_version": "~0.9.*", "state": state}
+    return {"model_name": "AnyModel", "model_module": "anywidget", "model_module_version": "~0.9.*",
+            "state": state}
 
 
 def executed_page_with_two_playgrounds() -> nbformat.NotebookNode:
@@ -27,7 +28,8 @@ def executed_page_with_two_playgrounds() -> nbformat.NotebookNode:
     fig = go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure")
     cell = nbformat.v4.new_code_cell("fig")
     cell.outputs = [nbformat.v4.new_output("display_data", data={site.PLOTLY: json.loads(fig.to_json())})]
-    setup = nbformat.v4.new_code_cell("print('setup done')  # SETUP-CODE", metadata={"jupyter": {"source_hidden": True}})
+    setup = nbformat.v4.new_code_cell("print('setup done')  # SETUP-CODE",
+                                      metadata={"jupyter": {"source_hidden": True}})
     setup.outputs = [nbformat.v4.new_output("stream", name="stdout", text="setup done\n")]
     nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), setup, cell]
     state = {"a": _saved_figure_widget("one"), "b": _saved_figure_widget("two")}
@@ -48,7 +50,8 @@ def test_saved_widgets_would_carry_plotlyjs_once_each(nb):
 def test_embedded_page_holds_plotlyjs_once(nb):
     page = site.to_html(nb, [])
     assert site.plotlyjs_copies(page) == 1
-    state = json.loads(page.split('<script type="application/vnd.jupyter.widget-state+json">')[1].split("</script>")[0])
+    state = json.loads(page.split('<script type="application/vnd.jupyter.widget-state+json">')[1].split(
+        "</script>")[0])
     kept = state["state"]
     assert [e["state"]["_esm"] for e in kept.values()] == [site.FIGURE_WIDGET_ESM] * 2
     assert kept["a"]["state"]["_widget_layout"]["title"]["text"] == "one"  # the figure itself is kept
@@ -60,7 +63,8 @@ def test_cdn_page_loads_plotlyjs_once_and_embeds_none(nb):
 
     page = site.to_html(nb, [], plotlyjs="cdn")
     assert site.plotlyjs_copies(page) == 0
-    assert page.count("https://cdn.plot.ly/plotly-") == 1 and f"plotly-{get_plotlyjs_version()}.min.js" in page
+    assert (page.count("https://cdn.plot.ly/plotly-") == 1
+            and f"plotly-{get_plotlyjs_version()}.min.js" in page)
     assert len(page) < 2**20
 
 
@@ -88,13 +92,16 @@ def executed_page_with_an_output_playground() -> nbformat.NotebookNode:
     import plotly.io as pio
 
     fig = go.Figure(go.Bar(y=[1, 2]), layout_title_text="live")
-    live = {site.PLOTLY: json.loads(fig.to_json()), "text/html": pio.to_html(fig, include_plotlyjs=False, full_html=False)}
+    live = {site.PLOTLY: json.loads(fig.to_json()), "text/html": pio.to_html(fig, include_plotlyjs=False,
+                                                                             full_html=False)}
     slider = {"model_name": "IntSliderModel", "state": {"description": "n", "value": 2}}
     state = {
         "slider": slider,
         "controls": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_slider"]}},
-        "readout": {"model_name": "HTMLModel", "state": {"value": "2 bars", "_dom_classes": ["paged-lab-readout"]}},
-        "out": {"model_name": "OutputModel", "state": {"outputs": [{"output_type": "display_data", "data": live}]}},
+        "readout": {"model_name": "HTMLModel", "state": {"value": "2 bars",
+                                                         "_dom_classes": ["paged-lab-readout"]}},
+        "out": {"model_name": "OutputModel", "state": {"outputs": [{"output_type": "display_data",
+                                                                    "data": live}]}},
         "box": {"model_name": "VBoxModel",
                 "state": {"children": ["IPY_MODEL_controls", "IPY_MODEL_readout", "IPY_MODEL_out"]}},
     }
@@ -103,7 +110,8 @@ def executed_page_with_an_output_playground() -> nbformat.NotebookNode:
         site.PLOTLY: json.loads(go.Figure(go.Scatter(y=[3, 1, 2])).to_json())})]
     playground = nbformat.v4.new_code_cell("interactive(...)")
     playground.outputs = [nbformat.v4.new_output("display_data", data={
-        site.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0}, "text/plain": "VBox(...)"})]
+        site.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(...)"})]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# 98 · Site check"), plain, playground]
     nb.metadata["widgets"] = {site.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
@@ -124,7 +132,8 @@ def test_each_page_is_titled_after_its_notebook():
     page = site.to_html(executed_page_with_an_output_playground(), [])
     assert "<title>98 · Site check</title>" in page
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("Intro\n\n# 03 · Block *tables*: [Ah-Ye](02_x.ipynb)'s `table`")]
+    nb.cells = [nbformat.v4.new_markdown_cell("Intro\n\n# 03 · Block *tables*: "
+                                              "[Ah-Ye](02_x.ipynb)'s `table`")]
     assert site.page_title(nb) == "03 · Block tables: Ah-Ye's table"
     assert site.page_title(nbformat.v4.new_notebook()) == "paged-lab"
 
@@ -135,7 +144,8 @@ def test_a_labelled_control_shows_in_the_static_picture():
     nb = executed_page_with_an_output_playground()
     state = nb.metadata["widgets"][site.WIDGET_STATE]["state"]
     state["label"] = {"model_name": "HTMLModel", "state": {"value": "n"}}
-    state["cell"] = {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_label", "IPY_MODEL_slider"]}}
+    state["cell"] = {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_label",
+                                                                       "IPY_MODEL_slider"]}}
     state["controls"]["state"]["children"] = ["IPY_MODEL_cell"]
     assert "n = 2" in site.to_html(nb, [])
 

@@ -8,7 +8,8 @@ from paged_lab.memory import InvalidBlockConfig
 
 
 @pytest.mark.parametrize("value,kwargs", [(1.5, {"minimum": 1}), (True, {}), ("3", {}), (None, {}),
-                                          (0, {"minimum": 1}), (9, {"maximum": 8}), (2, {"minimum": 3, "maximum": 8})])
+                                          (0, {"minimum": 1}), (9, {"maximum": 8}),
+                                          (2, {"minimum": 3, "maximum": 8})])
 def test_check_int_rejects_and_names_the_argument_and_limit(value, kwargs):
     with pytest.raises(ValueError, match=r"max_num_seqs must be an integer") as err:
         check_int("max_num_seqs", value, **kwargs)

@@ -24,7 +24,8 @@ def test_generate_prints_text_and_block_tables():
                for line in out.splitlines())  # the backend that ran, named
 
 
-@pytest.mark.parametrize("flag,value,field", [("--max-tokens", "0", "max_tokens"), ("--top-p", "1.5", "top_p"),
+@pytest.mark.parametrize("flag,value,field", [("--max-tokens", "0", "max_tokens"),
+                                              ("--top-p", "1.5", "top_p"),
                                               ("--temperature", "-1", "temperature"), ("--n", "0", "n")])
 def test_bad_sampling_arguments_exit_2_naming_the_field(capsys, flag, value, field):
     assert main(["generate", "hi", flag, value]) == 2
@@ -43,7 +44,8 @@ def test_final_block_tables_come_from_the_free_events():
 
 
 def test_bench_arguments_parse():
-    args = build_parser().parse_args(["bench", "--repeats", "3", "--batch-size", "4", "--methods", "paged_lab"])
+    args = build_parser().parse_args(["bench", "--repeats", "3", "--batch-size", "4", "--methods",
+                                      "paged_lab"])
     assert (args.repeats, args.batch_size, args.methods, args.requests) == (3, 4, "paged_lab", 32)
     assert args.compile and build_parser().parse_args(["bench", "--compile"]).compile  # compiled by default
     assert not build_parser().parse_args(["bench", "--eager"]).compile

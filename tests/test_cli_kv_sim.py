@@ -19,7 +19,8 @@ def test_kv_unknown_model_is_one_clear_line(capsys):
 def test_simulate_compares_paged_and_contiguous(capsys):
     assert main(["simulate", "--requests", "60"]) == 0  # 32,768 slots; 2,048-slot reservations
     lines = capsys.readouterr().out.splitlines()
-    rows = {line.split()[0]: line.split()[1:] for line in lines if line.split()[:1] in (["paged"], ["contiguous"])}
+    rows = {line.split()[0]: line.split()[1:] for line in lines
+            if line.split()[:1] in (["paged"], ["contiguous"])}
     # columns: makespan, tokens_per_step, ..., utilization (7th), num_rejected
     assert float(rows["paged"][6]) > float(rows["contiguous"][6])
     assert int(rows["paged"][0]) <= int(rows["contiguous"][0])  # makespan

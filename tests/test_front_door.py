@@ -1,4 +1,5 @@
-"""The vLLM-shaped front door: ``from paged_lab import LLM, SamplingParams``, and no torch on a plain import."""
+"""The vLLM-shaped front door: ``from paged_lab import LLM, SamplingParams``, and no
+torch on a plain import."""
 
 import subprocess
 import sys

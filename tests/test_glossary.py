@@ -61,7 +61,8 @@ def test_every_term_is_complete_and_unique():
 def test_the_one_metaphor_mapping():
     assert (lookup("slot").story, lookup("slot").story_zh) == ("locker", "一格")
     assert lookup("block").story_zh == "頁" and "row of lockers" in lookup("block").story
-    assert (lookup("block table").story, lookup("block table").story_zh) == ("Ah-Ye's lookup table", "阿頁的對照表")
+    assert (lookup("block table").story, lookup("block table").story_zh) == ("Ah-Ye's lookup table",
+                                                                             "阿頁的對照表")
 
 
 EVERY_NOTEBOOK = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -48,7 +48,8 @@ def random_config(rng: random.Random) -> dict:
         max_num_seqs=rng.randrange(1, 6), budget=budget, requests=requests,
         preemption=rng.choice(["recompute", "recompute", "swap"]), num_cpu_blocks=rng.randrange(0, 12),
         scheduler=Scheduler, mode=rng.choice(["continuous", "continuous", "static"]),
-        eos=rng.choice([None, 0]), allocation=rng.choice(["v1", "whole_prompt"]), reuse=rng.choice(["v1", "lru"]),
+        eos=rng.choice([None, 0]), allocation=rng.choice(["v1", "whole_prompt"]),
+        reuse=rng.choice(["v1", "lru"]),
     )
 
 
@@ -59,7 +60,8 @@ def run(config: dict, block_manager_class=BlockManager, split_store: bool = Fals
                              reuse=config.get("reuse", "v1"))
     sched = config["scheduler"](bm, max_num_seqs=config["max_num_seqs"], mode=config["mode"],
                                 preemption=config["preemption"], max_num_batched_tokens=config["budget"],
-                                num_cpu_blocks=config["num_cpu_blocks"], allocation=config.get("allocation", "v1"))
+                                num_cpu_blocks=config["num_cpu_blocks"],
+                                allocation=config.get("allocation", "v1"))
     checker = KVContentChecker(sched, split_store=split_store)
     pending = sorted(enumerate(config["requests"]), key=lambda ir: ir[1]["arrival"])
     seqs, salt, forks = {}, {}, {}
@@ -88,7 +90,8 @@ def _fork_children(sched, seqs, salt, forks) -> None:
     """n > 1 the paper's way: once a parent has sampled its first token, fork its siblings."""
     for i, n in list(forks.items()):
         parent = seqs[i]
-        if n and parent.num_output_tokens == 1 and parent.status.value == "running" and sched.preemption != "swap":
+        if (n and parent.num_output_tokens == 1 and parent.status.value == "running"
+                and sched.preemption != "swap"):
             for c in range(n):
                 child_id = (i, c)
                 child = Sequence(child_id, parent.prompt_token_ids, max_tokens=parent.max_tokens,

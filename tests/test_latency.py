@@ -18,7 +18,8 @@ def test_percentiles_and_token_gaps_never_cross_a_request_boundary():
     assert token_gaps([[3, 4, 7], [5], [10, 11]]).tolist() == [1.0, 3.0, 1.0]
     assert token_gaps([[1], []]).size == 0
     s = latency_summary([1, 3], [1, 1, 2], [5, 9], "steps")
-    assert s["ttft_steps_p50"] == 2 and s["itl_steps_p99"] == pytest.approx(1.98) and s["e2e_steps_p90"] == 8.6
+    assert (s["ttft_steps_p50"] == 2 and s["itl_steps_p99"] == pytest.approx(1.98)
+            and s["e2e_steps_p90"] == 8.6)
 
 
 # ------------------------------------------------------------------------------------ arrivals
@@ -36,7 +37,8 @@ def test_poisson_arrivals_are_seeded_sorted_and_near_the_rate():
     (lambda: workloads.poisson_arrivals(4, rate="2"), "rate must be a number > 0"),
     (lambda: workloads.burst_arrivals(4, burst_size=0, every=2), "burst_size must be an integer >= 1"),
     (lambda: workloads.with_arrivals(workloads.fixed(3), [0, 1]), "arrival_steps has 2 entries"),
-    (lambda: workloads.with_arrivals(workloads.fixed(2), [0, -1]), r"arrival_steps\[1\] must be an integer >= 0"),
+    (lambda: workloads.with_arrivals(workloads.fixed(2), [0, -1]),
+     r"arrival_steps\[1\] must be an integer >= 0"),
 ])
 def test_bad_arrivals_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
@@ -92,7 +94,8 @@ def _output_steps(res, row):
 
 def test_prefix_cache_hit_shortens_ttft_under_a_token_budget():
     # 64-token shared prefix, 8 tokens per step: the second request skips the cached 64 tokens.
-    wl = workloads.with_arrivals(workloads.shared_prefix(2, prefix_len=64, suffix_len=4, output_len=4), [0, 20])
+    wl = workloads.with_arrivals(workloads.shared_prefix(2, prefix_len=64, suffix_len=4, output_len=4),
+                                 [0, 20])
     sched = {"max_num_seqs": 4, "max_num_batched_tokens": 8}
     cold = simulate(wl, paged(64, 16, enable_prefix_caching=False), sched).requests
     warm = simulate(wl, paged(64, 16, enable_prefix_caching=True), sched).requests

@@ -79,7 +79,8 @@ def room(module: str) -> str:
 
 def test_top_level_lists_the_rooms_in_teaching_order():
     public = sorted(p.stem if p.suffix == ".py" else p.name for p in PACKAGE.iterdir()
-                    if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file()))
+                    if not p.name.startswith(("_",
+                                              ".")) and (p.suffix == ".py" or (p / "__init__.py").is_file()))
     assert len(public) <= 10, public
     assert sorted(CONCEPT_ROOMS + OTHER_ROOMS) == public
 
@@ -96,7 +97,8 @@ def test_figures_do_not_import_the_classroom():
     """The classroom draws with the figures and speaks through their translation (``viz.i18n``), not
     the other way round."""
     g = graph()
-    bad = sorted(f"{m} -> {d}" for m, deps in g.items() if room(m) == "viz" for d in deps if room(d) == "classroom")
+    bad = sorted(f"{m} -> {d}" for m,
+                 deps in g.items() if room(m) == "viz" for d in deps if room(d) == "classroom")
     assert not bad, bad
 
 

@@ -20,7 +20,8 @@ def test_default_model_spec_is_the_catalogue_entry(smollm2):
     catalogue = get_spec("smollm2-135m")
     assert spec == catalogue
     assert sum(p.numel() for p in model.parameters()) == catalogue.num_params
-    assert (model.config.num_hidden_layers, model.config.num_attention_heads, model.config.num_key_value_heads) == (30, 9, 3)
+    assert (model.config.num_hidden_layers, model.config.num_attention_heads,
+            model.config.num_key_value_heads) == (30, 9, 3)
 
 
 def test_default_model_answers(smollm2):

@@ -30,7 +30,8 @@ def read(path):
 
 
 def test_series_exists():
-    assert sync.INDEX in NOTEBOOKS and SERIES, f"expected 00_index.ipynb and at least one notebook in {sync.NOTEBOOKS}"
+    assert sync.INDEX in NOTEBOOKS and SERIES, ("expected 00_index.ipynb and at least one notebook in "
+                                                f"{sync.NOTEBOOKS}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -49,17 +50,21 @@ class TestNotebook:
         second = read(path).cells[1]
         assert second.cell_type == "code"
         assert _project.REPO_URL in second.source
-        assert second.source.strip() == sync.setup_cell(), f"{path.name}: cell 2 differs from the standard setup cell"
+        assert second.source.strip() == sync.setup_cell(), (f"{path.name}: cell 2 differs from the "
+                                                            "standard setup cell")
 
     def test_setup_cell_is_collapsed_with_a_visible_title(self, path):
         second = read(path).cells[1]
-        assert second.metadata.get("jupyter", {}).get("source_hidden") is True, f"{path.name}: setup cell not collapsed"
+        assert second.metadata.get("jupyter", {}).get("source_hidden") is True, (f"{path.name}: setup "
+            "cell not collapsed")
         assert second.metadata.get("cellView") == "form", f"{path.name}: Colab would show the setup code"
-        assert second.source.startswith("#@title "), f"{path.name}: a collapsed setup cell needs its one-line title"
+        assert second.source.startswith("#@title "), (f"{path.name}: a collapsed setup cell needs "
+                                                      "its one-line title")
 
     def test_committed_clean(self, path):
         nb = read(path)
-        assert "widgets" not in nb.metadata, f"{path.name}: metadata.widgets (saved widget state) must not be committed"
+        assert "widgets" not in nb.metadata, (f"{path.name}: metadata.widgets (saved widget state) must "
+                                              "not be committed")
         assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
@@ -112,7 +117,8 @@ def test_the_assert_rule_sees_nested_asserts_and_spares_gpu_branches():
 
 def test_index_and_readme_are_in_sync():
     stale = sync.out_of_date()
-    assert not stale, f"out of date: {[str(p.relative_to(ROOT)) for p in stale]}; run python scripts/sync_badges.py"
+    assert not stale, (f"out of date: {[str(p.relative_to(ROOT)) for p in stale]}; run python "
+                       "scripts/sync_badges.py")
 
 
 @pytest.mark.parametrize("path", SERIES, ids=[p.stem for p in SERIES])
@@ -168,7 +174,8 @@ def test_where_it_runs_comes_from_the_notebook():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell("# 09 · GPU things\n\n**You will learn**\n- a;\n- b;\n- c.\n\nmore"),
-        nbformat.v4.new_code_cell("if torch.cuda.is_available():\n    run()\nelse:\n    print('skipped on CPU')"),
+        nbformat.v4.new_code_cell("if torch.cuda.is_available():\n    run()\nelse:\n    "
+                                  "print('skipped on CPU')"),
     ]
     entry = kit.describe_nb(nb, "09_gpu.ipynb")
     assert (entry.title, entry.goals) == ("GPU things", ["a", "b", "c"])

@@ -61,7 +61,8 @@ def random_engine_config(rng: random.Random, block_sizes=(2, 4, 8, 16)) -> dict:
     max_tokens = rng.randrange(1, 9)
     longest = max(map(len, prompts)) + max_tokens
     return dict(
-        block_size=bs, num_kv_blocks=-(-longest // bs) + rng.randrange(0, 6), max_num_seqs=rng.randrange(1, 5),
+        block_size=bs, num_kv_blocks=-(-longest // bs) + rng.randrange(0, 6),
+        max_num_seqs=rng.randrange(1, 5),
         max_num_batched_tokens=rng.choice([None, 1, 2, 3, bs, 2 * bs + 1]), prompts=prompts,
         max_tokens=max_tokens, n=rng.choice([1, 1, 2, 3]), parallel_sampling=rng.choice(["fork", "prefix"]),
     )
@@ -88,7 +89,8 @@ def test_greedy_tokens_with_caching_equal_tokens_without(tiny, backend):
         config = random_engine_config(random.Random(seed), block_sizes)
         try:
             with_cache, stats = generate(tiny, config, backend, caching=True)
-        except ValueError as e:  # n x (prompt + max_tokens) that can never fit this pool: not this test's case
+        # n x (prompt + max_tokens) that can never fit this pool: not this test's case
+        except ValueError as e:
             assert "pool" in str(e) or "blocks" in str(e), e
             continue
         without, _ = generate(tiny, config, backend, caching=False)
@@ -125,8 +127,8 @@ def test_preemption_in_a_chunked_prefill_keeps_the_tokens_of_caching_off(smollm2
     for caching in (True, False):
         # (budget 2 preempted it under the paper's whole-prompt allocation; V1 allocates chunk by chunk,
         # and with a budget of 3 its next chunk finds no free block)
-        llm = LLM(model, tokenizer=tok, block_size=4, num_kv_blocks=4, max_num_batched_tokens=3, max_num_seqs=2,
-                  enable_prefix_caching=caching)
+        llm = LLM(model, tokenizer=tok, block_size=4, num_kv_blocks=4, max_num_batched_tokens=3,
+                  max_num_seqs=2, enable_prefix_caching=caching)
         runs.append([o.outputs[0].token_ids for o in llm.generate(prompts, sp, use_tqdm=False)])
         assert llm.stats()["num_preemptions"] >= 1  # the 12-token prompt was preempted mid-prefill
     assert runs[0] == runs[1]

@@ -1,4 +1,5 @@
-"""The series' quizzes (``paged_lab/classroom/quizzes/nbNN.py``), held to the rules that keep them honest (issue 27):
+"""The series' quizzes (``paged_lab/classroom/quizzes/nbNN.py``), held to the rules that
+keep them honest (issue 27):
 
 - whichever choice a learner picks, they are told why: every choice carries its own explanation, and no
   two choices of a question share one; a wrong choice's explanation never states the right answer;
@@ -8,7 +9,8 @@
 - every series notebook asks for at least one number the learner computes, whose answer the package
   computes when the quiz is built (``source``: paged_lab code, not the quiz's own);
 - the quiz lives out of the reading path: no uncollapsed cell of a notebook holds a question, a choice
-  or an answer; the quiz cell only calls ``paged_lab.classroom.quizzes.nbNN.quiz(...)``, and the check cell that
+  or an answer; the quiz cell only calls ``paged_lab.classroom.quizzes.nbNN.quiz(...)``, and the check cell
+  that
   compares its answers with the notebook's numbers is collapsed (in Colab too: ``cellView: form``).
 
 The quizzes are built here from the facts of each notebook's own run (``FACTS``: the values the
@@ -66,19 +68,21 @@ FACTS = {
                        peak={"contiguous": 16, "paged": 204}, chat_slots=32768, chat_reserve=2048),
     "03": lambda: dict(block_size=4, prompt_len=7, walkthrough_table=[7, 1], fresh_table=[0, 1],
                        demo=_walkthrough_pool()),
-    "04": lambda: dict(block_size=4, forked_at=8, copies_at_boundary=0, n=3, prompt_len=10, v1_blocks=5, v1_hits=16,
+    "04": lambda: dict(block_size=4, forked_at=8, copies_at_boundary=0, n=3, prompt_len=10, v1_blocks=5,
+                       v1_hits=16,
                        unshared_blocks=9, shifted_prompts=([7, *range(12)], [8, *range(12)]), twice_len=12,
                        twice_block_size=4),
-    "05": lambda: dict(rounds=[6, 2, 2, 2, 2, 2], windows=3, static_makespan=8, continuous_makespan=6, one_window=16,
-                       even_rounds=2, even_makespan=4,
+    "05": lambda: dict(rounds=[6, 2, 2, 2, 2, 2], windows=3, static_makespan=8, continuous_makespan=6,
+                       one_window=16, even_rounds=2, even_makespan=4,
                        extra_prefill={"recompute": 481, "recompute, prefix caching on": 257, "swap": 0},
                        budget=32, long_prompt=100, mem_slots=4096, mem_reserve=512, mem_windows=32,
                        reserved_peak=8, paged_peak=32),
     "06": lambda: dict(context_lens=[37, 16, 5], block_size=8, num_heads=9, num_kv_heads=3,
                        bytes_per_head_program=170496, bytes_per_group_program=56832, costs=_kernel_costs()),
-    "07": lambda: dict(common=37, prompt_lens=[50, 48, 49, 49], cache_block_size=16, preemptions=2, n=3, robot_len=8,
-                       block_size=16, copies=4, work_tokens=[12, 16, 9, 6, 16, 16, 40, 5, 11, 10, 14, 40], batch=4,
-                       static_slots=384, useful=195),
+    "07": lambda: dict(common=37, prompt_lens=[50, 48, 49, 49], cache_block_size=16, preemptions=2, n=3,
+                       robot_len=8,
+                       block_size=16, copies=4, work_tokens=[12, 16, 9, 6, 16, 16, 40, 5, 11, 10, 14, 40],
+                       batch=4, static_slots=384, useful=195),
 }
 
 
@@ -120,7 +124,8 @@ def test_every_choice_explains_itself_and_no_wrong_one_gives_the_answer_away(qui
         where = f"nb{number} question {i + 1}"
         if isinstance(q, NumberQuestion):
             for hint in (q.too_low, q.too_high, *(why for _, why in q.mistakes)):
-                assert not _states(hint, q.answer_text), f"{where}: a hint states the answer {q.answer_text}: {hint!r}"
+                assert not _states(hint, q.answer_text), (f"{where}: a hint states the answer "
+                                                          f"{q.answer_text}: {hint!r}")
             continue
         whys = [c.why for c in q.choices]
         assert all(len(w) >= 40 for w in whys), f"{where}: an explanation too short to say why: {whys}"
@@ -141,8 +146,10 @@ def test_every_notebook_asks_for_a_number_the_package_computes(quizzes, number):
     numbers = [q for q in quizzes[number] if isinstance(q, NumberQuestion)]
     assert numbers, f"nb{number}: no NumberQuestion"
     for q in numbers:
-        assert q.source.startswith("paged_lab.") and not q.source.startswith(("paged_lab.classroom.quiz.", "paged_lab.classroom.quizzes")), (
-            f"nb{number}: the answer of {q.prompt[:40]!r}... must come from the package's code, not {q.source}")
+        assert q.source.startswith("paged_lab.") and not q.source.startswith(
+            ("paged_lab.classroom.quiz.", "paged_lab.classroom.quizzes")), (
+            f"nb{number}: the answer of {q.prompt[:40]!r}... must come from the package's "
+            f"code, not {q.source}")
         assert q.check(q.answer_text).correct and not q.check(str(q.answer + 1)).correct
         assert q.check(str(q.answer + 1)).text.startswith("✗ Too high")
         assert q.check("a few").text.startswith("✗ Not a number")
@@ -169,9 +176,11 @@ def test_the_right_choice_is_seldom_the_longest_or_the_shortest(quizzes, languag
     questions = choice_questions(shown)
     for name, beats in (("longest", lambda a, b: a > b), ("shortest", lambda a, b: a < b)):
         found = [f"nb{n} q{i + 1}" for n, i, q in questions
-                 if all(beats(len(q.answer_text), len(c.text)) for k, c in enumerate(q.choices) if k != q.answer)]
+                 if all(beats(len(q.answer_text), len(c.text)) for k,
+                        c in enumerate(q.choices) if k != q.answer)]
         assert len(found) <= MAX_LONGEST_SHARE * len(questions), (
-            f"{language}: the right choice is the {name} in {len(found)} of {len(questions)} questions: {found}")
+            f"{language}: the right choice is the {name} in {len(found)} of {len(questions)} "
+            f"questions: {found}")
 
 
 def _cells(path: Path):
@@ -188,12 +197,15 @@ def test_the_quiz_lives_out_of_the_reading_path(path):
     visible = [c for c in _cells(path) if not _collapsed(c)]
     for cell in visible:
         found = QUIZ_DATA.search(cell.source)
-        assert not found, f"{path.name} cell {cell.id} shows quiz data ({found.group(0)!r}): it belongs in paged_lab/quizzes"
+        assert not found, (f"{path.name} cell {cell.id} shows quiz data ({found.group(0)!r}): it belongs in "
+                           "paged_lab/quizzes")
     quiz_cell = next((c for c in visible if f"nb{number}.quiz(" in c.source), None)
     assert quiz_cell is not None and f"from paged_lab.classroom.quizzes import nb{number}" in quiz_cell.source
-    assert quiz_cell.source.rstrip().endswith("\nquiz"), f"{path.name}: the quiz cell should end by showing `quiz`"
+    assert quiz_cell.source.rstrip().endswith("\nquiz"), (f"{path.name}: the quiz cell should end "
+                                                          "by showing `quiz`")
     cells = _cells(path)
     check = cells[cells.index(quiz_cell) + 1]
     assert "check" in check.metadata.get("tags", []) and _collapsed(check) and "quiz[" in check.source
     assert check.metadata.get("cellView") == "form" and check.source.startswith("#@title "), (
-        f"{path.name}: the quiz's check cell names its answers: hide it in Colab too (cellView form, #@title)")
+        f"{path.name}: the quiz's check cell names its answers: hide it in Colab too "
+        "(cellView form, #@title)")

@@ -1,4 +1,5 @@
-"""Seeded random-weight Llama models (``load_model("random:<catalogue name>")``): the real shapes, no download.
+"""Seeded random-weight Llama models (``load_model("random:<catalogue name>")``): the
+real shapes, no download.
 
 Token identity against transformers is checked on a tiny Llama-shaped config (a full 1B model takes
 minutes to initialise on two CPU cores); Llama-3.2-1B's shapes are checked on the meta device.
@@ -61,9 +62,11 @@ def test_engine_matches_transformers_token_for_token_on_a_random_llama(backend):
     for p in ids:
         x = torch.tensor([p])
         with torch.no_grad():
-            hf.append(model.generate(x, max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id)[0, len(p):].tolist())
+            hf.append(model.generate(x, max_new_tokens=12, do_sample=False,
+                                     pad_token_id=tok.eos_token_id)[0, len(p):].tolist())
     llm = LLM(model, tokenizer=tok, block_size=8, num_kv_blocks=64, attention_backend=backend, device="cpu")
     outs = llm.generate([{"prompt_token_ids": p} for p in ids],
-                        SamplingParams(temperature=0, max_tokens=12, ignore_eos=True), use_tqdm=False)  # fmt: skip
+                        SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                        use_tqdm=False)  # fmt: skip
     assert [o.outputs[0].token_ids for o in outs] == hf
     assert len({tuple(h) for h in hf}) > 1  # not one constant answer: the check can fail

@@ -44,7 +44,8 @@ def test_seeded_draws_repeat_and_follow_the_distribution():
     assert c != a[:50]
 
 
-@pytest.mark.parametrize("kw,field", [({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.1}, "temperature"),
+@pytest.mark.parametrize("kw,field", [({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.1},
+                                                                          "temperature"),
                                       ({"top_p": 0.0}, "top_p"), ({"top_p": 1.01}, "top_p"), ({"n": 0}, "n"),
                                       ({"top_k": -2}, "top_k"), ({"stop": [""]}, "stop")])
 def test_bad_params_raise_naming_the_field(kw, field):

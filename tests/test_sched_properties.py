@@ -9,7 +9,8 @@ from paged_lab.sched import RequestTooLargeError, Scheduler, Sequence
 from paged_lab.sim import simulate
 from paged_lab.sim import workloads as W
 
-requests = st.lists(st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(0, 8)), min_size=1, max_size=12)
+requests = st.lists(st.tuples(st.integers(1, 24), st.integers(1, 24), st.integers(0, 8)), min_size=1,
+                    max_size=12)
 config = st.fixed_dictionaries({
     "max_num_seqs": st.integers(1, 6),
     "mode": st.sampled_from(["static", "continuous"]),
@@ -78,7 +79,8 @@ def test_paged_scheduler_never_deadlocks_or_loses_a_request(reqs, block_size, ex
     seqs, rejected, done = drive(sched, reqs, bound * 2, fork_every)
     cap = num_blocks * block_size
     assert rejected == {i for i, (p, m, _) in enumerate(reqs) if p + m - 1 > cap}
-    assert sorted(map(str, (s.seq_id for s in done))) == sorted(map(str, (s.seq_id for s in seqs)))  # once each
+    # once each
+    assert sorted(map(str, (s.seq_id for s in done))) == sorted(map(str, (s.seq_id for s in seqs)))
     assert all(s.num_output_tokens == s.max_tokens and s.finish_reason == "length" for s in done)
     assert not bm.seq_ids and bm.usage == 0.0
     assert sched.swap_space.num_free_blocks == sched.num_cpu_blocks  # swap space all handed back

@@ -74,5 +74,6 @@ def test_measure_decode_steps_reads_the_engines_timeline_and_the_figure_draws_it
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in rows)
     fig = fig_step_time(rows)  # batch size on x, measured and predicted per context length
     by_ctx = {(t.name, round(x)): y for t in fig.data for x, y in zip(t.x, t.y)}
-    assert all(by_ctx[f"predicted, {r['context_len']} tokens of context", r["batch_size"]] == 1e3 * r["predicted_s"]
+    assert all(by_ctx[f"predicted, {r['context_len']} tokens of context", r["batch_size"]] == 1e3
+               * r["predicted_s"]
                for r in rows)

@@ -74,7 +74,8 @@ def test_latency_playground_keeps_its_axes_while_the_sliders_move():
     bounds = {"rate": (0.05, 1.5), "block_size": (8, 24), "num_requests": (20, 60)}
     figs = [latency_playground(rate=r, block_size=b, num_requests=n, rates=(0.1, 1.0), bounds=bounds)
             for r, b, n in ((0.05, 8, 20), (1.5, 24, 60), (0.7, 16, 40))]
-    ranges = {(tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range)) for f in figs}
+    ranges = {(tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range))
+              for f in figs}
     assert len(ranges) == 1
     (x_hi, ttft_hi, itl_hi) = (figs[0].layout.xaxis.range[1], 10 ** figs[0].layout.yaxis.range[1],
                                figs[0].layout.yaxis2.range[1])

@@ -94,7 +94,8 @@ def test_refcounts_and_free_queue():
     bm2.allocate("a", [1, 2, 3])
     bm2.free("a")
     q = V.fig_free_queue(bm2)
-    # a's partly filled tail (no hash) is reused first, then the never-used blocks; a's cached block waits last
+    # a's partly filled tail (no hash) is reused first, then the never-used blocks;
+    # a's cached block waits last
     assert list(q.data[0].text) == ["1", "2", "3", "0"]
     assert q.data[0].marker.color[-1] == V.CACHED and q.data[0].marker.color[0] == V.FREE
 
@@ -107,7 +108,8 @@ def test_prefix_sharing_numbers_come_from_the_block_manager():
     bounds = {"k": (1, 64), "system_len": (0, 512)}
     fig = V.fig_prefix_sharing(k=4, system_len=48, block_size=16, user_len=12, bounds=bounds)
     assert list(fig.data[0].text) == ["16 blocks", "7 blocks"] and list(fig.data[0].y) == [16, 7]
-    assert V.fig_prefix_sharing(k=1, system_len=0, block_size=16, user_len=12).data[0].text == ("1 block", "1 block")
+    assert V.fig_prefix_sharing(k=1, system_len=0, block_size=16, user_len=12).data[0].text == ("1 block",
+        "1 block")
     # blocks on an axis that stays put while the sliders move: the bars change, the axis does not,
     # and it holds the most blocks the sliders can ask for (64 x 524 tokens in blocks of 16)
     other = V.fig_prefix_sharing(k=64, system_len=512, block_size=16, user_len=12, bounds=bounds)
@@ -145,7 +147,8 @@ def test_scenarios_are_replayable():
 
 def test_prefix_sharing_readout_says_what_was_saved_and_why():
     text = V.prefix_sharing_readout(None, k=8, system_len=48, block_size=16)
-    assert text.startswith("32 → <b>11 blocks</b>") and "3 full block(s) are stored once instead of 8 times (21 saved)" in text
+    assert text.startswith("32 → <b>11 blocks</b>") and ("3 full block(s) are stored once instead of 8 "
+                                                         "times (21 saved)") in text
     assert "not shared" not in text  # 48 = 3 x 16: nothing left over
     odd = V.prefix_sharing_readout(None, k=8, system_len=50, block_size=16)
     assert "its last 2 token(s)" in odd
@@ -191,7 +194,8 @@ def label_boxes(fig):
         size, inks = tr.textfont.size, tr.textfont.color
         for x, y, text, ink in zip(tr.x, tr.y, tr.text, inks):
             w, h = V._label_px(text, size)
-            out.append((x - w / 2 / scale, x + w / 2 / scale, y - h / 2 / scale, y + h / 2 / scale, ink, text))
+            out.append((x - w / 2 / scale, x + w / 2 / scale, y - h / 2 / scale, y + h / 2 / scale, ink,
+                        text))
     return out
 
 
@@ -207,7 +211,8 @@ def uncovered(fig) -> list[str]:
             overlap = min(x1, f.x1) - max(x0, f.x0) > 1e-9 and min(y1, f.y1) - max(y0, f.y0) > 1e-9
             inside = f.x0 <= x0 and x1 <= f.x1 and f.y0 <= y0 and y1 <= f.y1
             if overlap and not inside:
-                problems.append(f"{text!r} is partly covered by a fill {f.x0:.2f}-{f.x1:.2f} x {f.y0:.2f}-{f.y1:.2f}")
+                problems.append(f"{text!r} is partly covered by a fill {f.x0:.2f}-{f.x1:.2f} x "
+                                f"{f.y0:.2f}-{f.y1:.2f}")
             if inside and ink != V.ink_for(f.fillcolor):
                 problems.append(f"{text!r} is drawn in {ink} on {f.fillcolor}")
         if not any(b.x0 <= x0 and x1 <= b.x1 and b.y0 <= y0 and y1 <= b.y1 for b in boxes):
@@ -270,7 +275,8 @@ def test_an_event_slider_keeps_the_figure_still(bm, num_blocks):
 def test_the_block_table_playground_holds_still_while_its_sliders_move():
     bounds = {"num_requests": (1, 12), "seed": (0, 9)}
     for bs in (1, 4, 16):
-        shapes = {still(V.block_table_playground(bs, n, seed, bounds=bounds)) for n in (1, 6, 12) for seed in (0, 9)}
+        shapes = {still(V.block_table_playground(bs, n, seed,
+                                                 bounds=bounds)) for n in (1, 6, 12) for seed in (0, 9)}
         assert len(shapes) == 1, (bs, shapes)
     # without bounds, only what these values need (a larger figure for more requests)
     assert still(V.block_table_playground(4, 1)) != still(V.block_table_playground(4, 12, 3))
@@ -282,5 +288,6 @@ def test_a_request_has_one_colour_in_every_figure():
     bm = seed_run()
     alone = V.fig_block_tables(bm, 4)
     stepped = V.fig_event_step(bm.events, 8, 4, len(bm.events))
-    colour = {fig.layout.title.text: next(t.text[0] for t in fig.data if t.name == "tables") for fig in (alone, stepped)}
+    colour = {fig.layout.title.text: next(t.text[0] for t in fig.data if t.name == "tables")
+              for fig in (alone, stepped)}
     assert len(set(colour.values())) == 1 and "#1f77b4" in next(iter(colour.values()))

@@ -16,11 +16,14 @@ def test_other_ids_take_the_colours_left_free():
 
 
 def test_bare_numbers_are_named_as_requests():
-    assert [seq_name(s) for s in (4, "4", "0.1", "r4", "A")] == ["request 4", "request 4", "request 0.1", "r4", "A"]
+    assert [seq_name(s) for s in (4, "4", "0.1", "r4", "A")] == ["request 4", "request 4", "request 0.1",
+                                                                 "r4", "A"]
 
 
 def test_ink_reads_on_its_fill():
     assert ink_for(PALETTE[0]) == "#ffffff" and ink_for("#525252") == "#ffffff"
-    assert ink_for("#c7c7c7") == "#222222" and ink_for("#bcbd22") == "#222222" and ink_for("white") == "#222222"
+    assert (ink_for("#c7c7c7") == "#222222" and ink_for("#bcbd22") == "#222222"
+            and ink_for("white") == "#222222")
     # white on orange reads at 2.5:1; the darker ink at 6.5:1
-    assert ink_for(PALETTE[1]) == "#222222" and all(contrast(ink_for(c), c) >= 3 for c in PALETTE + ("#525252",))
+    assert ink_for(PALETTE[1]) == "#222222" and all(contrast(ink_for(c), c) >= 3
+                                                    for c in PALETTE + ("#525252",))

@@ -24,7 +24,8 @@ def test_last_block_mask_marks_exactly_the_empty_tail():
     assert list(z[4]) == [1, 1, 1, 1, 1, 0, 0, 0]
     assert list(fig.data[0].y)[4] == "logical 4 → block 4" and list(fig.data[0].y)[0] == "logical 0 → block 6"
     assert "3 empty slots" in fig.layout.title.text
-    assert [t.name for t in fig.data[1:]] == ["token position: load it, score it (37)", "empty slot: load 0, score −∞ (3)"]
+    assert [t.name for t in fig.data[1:]] == ["token position: load it, score it (37)",
+                                              "empty slot: load 0, score −∞ (3)"]
     assert "0 empty slots" in K.fig_last_block_mask(16, 8).layout.title.text
     with pytest.raises(ValueError, match="table lists 2 blocks"):
         K.fig_last_block_mask(37, 8, table=[1, 2])
@@ -70,7 +71,8 @@ def test_split_weights_are_the_merge_weights():
     total = sum(math.exp(s) for b in scores for s in b)
     assert w[0] == pytest.approx(sum(math.exp(s) for b in scores[:2] for s in b) / total)
     fig = K.fig_split_merge(lse, ["0-1", "2-3", "4", "(empty)"])
-    assert list(fig.data[0].y) == pytest.approx([100 * x for x in w]) and fig.data[0].text[-1].startswith("empty")
+    assert list(fig.data[0].y) == pytest.approx([100 * x
+                                                 for x in w]) and fig.data[0].text[-1].startswith("empty")
     with pytest.raises(ValueError, match="no finite"):
         stepwise.split_weights([-math.inf])
     with pytest.raises(ValueError, match="same length"):
@@ -97,8 +99,10 @@ def test_tradeoff_panels_have_labelled_ticks_and_no_twin_axes():
 
 def test_tradeoff_playground_keeps_its_axes_while_the_sliders_move():
     bounds = {"block_size": (1, 256), "mean_context": (16, 8192), "num_seqs": (1, 512)}
-    figs = [K.tradeoff_playground(b, m, n, bounds=bounds) for b, m, n in ((16, 512, 64), (256, 16, 1), (1, 8192, 512))]
-    assert len({(tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range), f.layout.height) for f in figs}) == 1
+    figs = [K.tradeoff_playground(b, m, n, bounds=bounds) for b, m, n in ((16, 512, 64), (256, 16, 1),
+                                                                          (1, 8192, 512))]
+    assert len({(tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range), f.layout.height)
+                for f in figs}) == 1
     lo, hi = figs[0].layout.yaxis.range
     for f in figs:
         assert all(10 ** lo <= y <= 10 ** hi for y in f.data[0].y) and max(f.data[1].y) <= 100

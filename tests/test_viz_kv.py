@@ -21,8 +21,10 @@ def test_kv_vs_gpu_stacks_weights_kv_and_free():
         budget = plan_capacity(spec, size * GB, 4096).kv_budget_bytes / GB
         assert abs(kv_fit.y[i] + kv_over.y[i] - need) < 1e-9
         assert abs(kv_fit.y[i] + free.y[i] - budget) < 1e-9
-        assert abs(weights.y[i] + kv_fit.y[i] + free.y[i] - size) < 1e-9  # the stack below the overflow is the card
-    assert kv_over.y[0] > 0 and kv_over.y[1] == 0  # 32 x 4096 tokens (17 GB) fit on 80 GB, not beside 16 GB of weights on 24
+        # the stack below the overflow is the card
+        assert abs(weights.y[i] + kv_fit.y[i] + free.y[i] - size) < 1e-9
+    # 32 x 4096 tokens (17 GB) fit on 80 GB, not beside 16 GB of weights on 24
+    assert kv_over.y[0] > 0 and kv_over.y[1] == 0
     assert list(marker.y) == [24, 80]
 
 
@@ -39,7 +41,8 @@ def test_kv_vs_gpu_labels_fits_readably_on_a_fixed_axis():
     labels = small.data[-1]
     fits = [plan_capacity(spec, s * GB, 4096).max_seqs for s in (24, 80)]
     assert list(labels.text) == [f"fits {n:,} seqs" for n in fits] and labels.textfont.size >= 12
-    assert labels.y[0] > max(24, sum(t.y[0] for t in small.data[:3])) and labels.y[1] > 80  # above bar and card
+    # above bar and card
+    assert labels.y[0] > max(24, sum(t.y[0] for t in small.data[:3])) and labels.y[1] > 80
     assert small.layout.yaxis.range == large.layout.yaxis.range == (0, 100)  # the y-axis stays put
     assert "GB" in small.layout.yaxis.title.text
 
@@ -66,8 +69,10 @@ def test_capacity_readout_says_where_it_fits_and_why():
     spec = get_spec("llama-3.1-8b")
     text = capacity_readout(spec, "bfloat16", 4096, 32, gpu_sizes_gb=(24, 40, 80))
     on_24 = plan_capacity(spec, 24 * GB, 4096).max_seqs
-    assert "17.18 GB</b> of KV" in text and "from <b>40 GB</b> up" in text and f"on 24 GB only {on_24} fit" in text
-    assert "no card here holds it" in capacity_readout("llama-3.1-70b", "bfloat16", 4096, 32, gpu_sizes_gb=(80,))
+    assert ("17.18 GB</b> of KV" in text and "from <b>40 GB</b> up" in text
+            and f"on 24 GB only {on_24} fit" in text)
+    assert "no card here holds it" in capacity_readout("llama-3.1-70b", "bfloat16", 4096, 32,
+                                                       gpu_sizes_gb=(80,))
 
 
 def test_measurement_table_is_a_table_of_the_measurement():

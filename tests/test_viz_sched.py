@@ -25,7 +25,8 @@ def test_lockers_draw_one_square_per_slot():
 
 
 def legend(fig):
-    return [t.name for t in sorted((t for t in fig.data if t.showlegend is not False), key=lambda t: t.legendrank)]
+    return [t.name for t in sorted((t for t in fig.data if t.showlegend is not False),
+                                   key=lambda t: t.legendrank)]
 
 
 def test_locker_playground_follows_the_sliders():
@@ -46,7 +47,8 @@ def test_locker_playground_follows_the_sliders():
 
 def test_locker_playground_holds_still_while_its_sliders_move():
     bounds = {"num_slots": (24, 120)}
-    figs = [V.locker_playground(num_slots=n, step=k, bounds=bounds) for n in (24, 60, 120) for k in (0, 3, 40)]
+    figs = [V.locker_playground(num_slots=n, step=k, bounds=bounds) for n in (24, 60, 120)
+            for k in (0, 3, 40)]
     assert len({(f.layout.height, tuple(f.layout.yaxis.range)) for f in figs}) == 1
     assert len({tuple(legend(f)) for f in figs}) == 1
 
@@ -56,7 +58,8 @@ def test_gantt_has_one_bar_per_stay_and_the_right_rounds():
     fig = V.fig_gantt(runs)
     assert len(fig.data) == sum(len(r.spans) for r in runs.values()) == 12
     # windows are numbers on the axis, window 1 on top: their order holds in any language
-    assert list(fig.layout.yaxis.ticktext) == ["window 1", "window 2", "window 3"] and list(fig.layout.yaxis.tickvals) == [0, 1, 2]
+    assert (list(fig.layout.yaxis.ticktext) == ["window 1", "window 2", "window 3"]
+            and list(fig.layout.yaxis.tickvals) == [0, 1, 2])
     assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]
     assert [a.text for a in fig.layout.annotations] == ["static: 8 rounds", "continuous: 6 rounds"]
     a_bars = [tr for tr in fig.data if tr.name == "A"]
@@ -99,7 +102,8 @@ def test_memory_bars_show_what_their_title_asks_with_readable_labels():
     assert list(tokens.y) == pytest.approx([100 * r.summary["utilization"] for r in runs.values()])
     assert [t.name for t in fig.data] == ["tokens", "reserved, empty"]
     empty = 100 - tokens.y[1]
-    assert 0 < empty < V.SMALL_SHARE and next(t for t in fig.data if t.name == "reserved, empty").text[1] == ""
+    assert (0 < empty < V.SMALL_SHARE
+            and next(t for t in fig.data if t.name == "reserved, empty").text[1] == "")
     [note] = fig.layout.annotations
     assert note.text == f"{empty:.1f}% reserved, empty" and note.x > 1.3 and note.font.size >= 12
 
@@ -146,8 +150,10 @@ def test_playground_titles_fit_the_700px_widget():
 def test_batching_playground_keeps_its_axes_and_tells_the_preemptions_apart():
     """05's x axis went from 0-500 to 0-1000 while a slider moved. Every axis is a share now: of the
     slower run's steps, of the windows, of the pool."""
-    figs = [V.batching_playground(*a) for a in ((40, 8, 64, 16), (60, 8, 64, 16), (200, 1, 512, 16), (40, 64, 8, 1))]
-    axes = {(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range), tuple(f.layout.yaxis2.range))
+    figs = [V.batching_playground(*a) for a in ((40, 8, 64, 16), (60, 8, 64, 16), (200, 1, 512, 16),
+                                                (40, 64, 8, 1))]
+    axes = {(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range),
+             tuple(f.layout.yaxis2.range))
             for f in figs}
     assert len(axes) == 1
     for f in figs:
@@ -164,7 +170,8 @@ def test_batching_playground_keeps_its_axes_and_tells_the_preemptions_apart():
 
 
 def test_nice_ceil_rounds_up_to_a_stable_axis_end():
-    assert [V.nice_ceil(x) for x in (0, 10, 11, 21, 51, 290, 444, 501)] == [10, 10, 20, 50, 100, 500, 500, 1000]
+    assert [V.nice_ceil(x) for x in (0, 10, 11, 21, 51, 290, 444, 501)] == [10, 10, 20, 50, 100, 500, 500,
+                                                                            1000]
     with pytest.raises(ValueError, match="x must be >= 0"):
         V.nice_ceil(-1)
 
@@ -178,7 +185,9 @@ def test_batching_readout_says_what_limited_the_run():
     tight_runs = V.batching_runs(40, 8, 32, 16)
     tight = V.batching_readout(None, 40, 8, 32, 16)
     n, m = (tight_runs[k].summary["num_preemptions"] for k in ("continuous", "static"))
-    assert n > 0 and f"ran out of blocks as the requests grew: {n} preemptions (continuous), {m} (static)" in tight
+    assert (n > 0
+            and f"ran out of blocks as the requests grew: {n} preemptions (continuous), {m} (static)"
+            in tight)
     assert f"static {tight_runs['static'].makespan}" in tight
     few = V.batching_readout(None, 5, 8, 64, 16)
     assert "With 5 requests for 8 windows, nobody waited for a window" in few

@@ -20,8 +20,9 @@ CLAIMS = ROOT / "docs" / "vllm_claims.md"
 INDEX = ROOT / "tests" / "data" / "vllm_source_index.json"
 TRACES = ROOT / "tests" / "data" / "vllm_v1_traces.json"
 NOTEBOOKS = ROOT / "notebooks"
-REINDEX = ("re-index the cited vLLM files: make vllm-index (it runs scripts/index_vllm_source.py under the vLLM "
-           "venv, make vllm-venv; VLLM_VENV=/path reuses one) and commit tests/data/vllm_source_index.json")
+REINDEX = ("re-index the cited vLLM files: make vllm-index (it runs scripts/index_vllm_source.py under the "
+           "vLLM venv, make vllm-venv; VLLM_VENV=/path reuses one) and commit "
+           "tests/data/vllm_source_index.json")
 MENTIONS_VLLM = re.compile(r"\bvLLM\b")
 
 # English cells that say "vLLM" but state nothing about its code, with the reason (reviewed; keep it short).
@@ -29,9 +30,12 @@ ALLOWED = {
     ("02_contiguous_vs_paged", "57d2343b"): "Read further: links to vLLM's documentation pages only",
     ("03_block_tables", "03-17"): "quotes the vLLM paper's measured kernel overhead, not vLLM's code",
     ("05_continuous_batching", "b0bce778"): "points at the vLLM and Orca papers' measurements",
-    ("04_copy_on_write_and_prefix_sharing", "04-quiz-title"): "only says V0/V1 questions are labelled; the questions are rows",
-    ("05_continuous_batching", "05-quiz-title"): "only says V0/V1 questions are labelled; the questions are rows",
-    ("07_paged_engine_real_model", "07-quiz-title"): "only says V0/V1 questions are labelled; the questions are rows",
+    ("04_copy_on_write_and_prefix_sharing",
+     "04-quiz-title"): "only says V0/V1 questions are labelled; the questions are rows",
+    ("05_continuous_batching", "05-quiz-title"): "only says V0/V1 questions are labelled; the "
+                                                 "questions are rows",
+    ("07_paged_engine_real_model", "07-quiz-title"): "only says V0/V1 questions are labelled; the "
+                                                     "questions are rows",
 }
 
 
@@ -70,7 +74,8 @@ def parse_row(line: str) -> Row:
             row.files.append(seg.strip("`"))
     for ticks in source_segments(row.source):
         if not ticks or not ticks[0].startswith("vllm/"):
-            raise ValueError(f"{row.id}: each ';' part of the source column must start with a `vllm/...` file")
+            raise ValueError(f"{row.id}: each ';' part of the source column must start with "
+                             "a `vllm/...` file")
         row.sources.append((ticks[0], ticks[1:]))
     return row
 
@@ -122,7 +127,8 @@ def row_problems(row: Row, index: dict, cells: dict, terms: set[str], traces: di
     bad = []
     if not (row.cells or row.terms or row.files):
         bad.append(f"{row.id}: taught nowhere")
-    bad += [f"{row.id}: no cell {cid!r} in notebooks/{nb}.ipynb" for nb, cid in row.cells if (nb, cid) not in cells]
+    bad += [f"{row.id}: no cell {cid!r} in notebooks/{nb}.ipynb" for nb,
+            cid in row.cells if (nb, cid) not in cells]
     bad += [f"{row.id}: no glossary term {t!r}" for t in row.terms if t not in terms]
     bad += [f"{row.id}: no file {f}" for f in row.files if not (ROOT / f).is_file()]
     if not row.sources:
@@ -134,7 +140,8 @@ def row_problems(row: Row, index: dict, cells: dict, terms: set[str], traces: di
         if not names:
             bad.append(f"{row.id}: {path}: name the function, class or field it describes")
         defined = set(index["files"][path])
-        bad += [f"{row.id}: {path} defines no {n!r} in vllm {index['vllm_version']}" for n in names if n not in defined]
+        bad += [f"{row.id}: {path} defines no {n!r} in vllm {index['vllm_version']}" for n in names
+                if n not in defined]
     scenarios = {s["name"] for s in traces["scenarios"]}
     # "trace: a, b; source: ... ; ..." -- a ';' starts a new check only before one of the three keywords
     checks = [s.strip() for s in re.split(r";\s*(?=trace:|trace config:|source:)", row.checked) if s.strip()]
@@ -143,12 +150,14 @@ def row_problems(row: Row, index: dict, cells: dict, terms: set[str], traces: di
     for check in checks:
         if check.startswith("trace config:"):
             keys = [k.strip() for k in check.removeprefix("trace config:").split(",")]
-            bad += [f"{row.id}: the traces record no setting {k!r}" for k in keys if k not in traces["vllm_config"]]
+            bad += [f"{row.id}: the traces record no setting {k!r}" for k in keys
+                    if k not in traces["vllm_config"]]
         elif check.startswith("trace:"):
             names = [n.strip().split(" ")[0] for n in check.removeprefix("trace:").split(",")]
             bad += [f"{row.id}: no recorded scenario {n!r}" for n in names if n not in scenarios]
         elif not check.startswith("source:"):
-            bad.append(f"{row.id}: a check is 'trace: ...', 'trace config: ...' or 'source: ...', not {check[:40]!r}")
+            bad.append(f"{row.id}: a check is 'trace: ...', 'trace config: ...' or 'source: ...', "
+                       f"not {check[:40]!r}")
     return bad
 
 
@@ -175,7 +184,8 @@ def test_the_table_has_unique_ids_and_rows(rows):
 
 
 def test_every_row_names_files_and_names_present_in_vllm(rows, index):
-    """(a), (d): each row's vLLM files and names exist in vllm 0.32.0; its cells, terms and files exist here."""
+    """(a), (d): each row's vLLM files and names exist in vllm 0.32.0; its cells, terms
+    and files exist here."""
     cells, terms, traces = english_cells(), {t.name for t in glossary.TERMS}, load_traces()
     problems = [p for r in rows for p in row_problems(r, index, cells, terms, traces)]
     assert not problems, "docs/vllm_claims.md:\n" + "\n".join(problems)
@@ -185,10 +195,12 @@ def test_every_cited_vllm_file_is_indexed_and_exists(index):
     """(b): a new citation of a vLLM file fails until the index is rewritten; a file 0.32.0 lacks fails."""
     indexer = load_script("scripts/index_vllm_source.py")
     cited = indexer.cited_files(ROOT)
-    unindexed = {f: where for f, where in cited.items() if f not in index["files"] and f not in index["missing"]}
+    unindexed = {f: where for f,
+                 where in cited.items() if f not in index["files"] and f not in index["missing"]}
     assert not unindexed, f"cited but not indexed: {unindexed}; {REINDEX}"
-    assert not index["missing"], (f"cited files that vllm {index['vllm_version']} does not have: {index['missing']} "
-                                  f"(cited in {[cited.get(f) for f in index['missing']]}): fix the citation")
+    assert not index["missing"], (f"cited files that vllm {index['vllm_version']} does not have: "
+                                  f"{index['missing']} (cited in "
+                                  f"{[cited.get(f) for f in index['missing']]}): fix the citation")
     stale = sorted(set(index["files"]) - set(cited))
     assert not stale, f"indexed but cited nowhere any more: {stale}; delete their entries, or {REINDEX}"
 
@@ -205,7 +217,8 @@ def test_every_english_cell_that_mentions_vllm_is_in_the_table(rows):
     """(c): a cell that says "vLLM" is taught in a row, or allow-listed above with the reason."""
     missing, stale = coverage(english_cells(), rows, ALLOWED)
     assert not missing, ("cells that state something about vLLM and are in no row of docs/vllm_claims.md "
-                         f"(add the claim with its vLLM file and function, or allow-list the cell with why): {missing}")
+                         "(add the claim with its vLLM file and function, or allow-list the cell "
+                         f"with why): {missing}")
     assert not stale, f"allow-listed cells that no longer mention vLLM, or that a row covers: {stale}"
 
 
@@ -218,12 +231,14 @@ def test_the_coverage_check_can_fail():
 
 
 def test_the_claims_doc_is_linked_from_the_series():
-    assert "docs/vllm_claims.md" in (NOTEBOOKS / "07_paged_engine_real_model.ipynb").read_text(encoding="utf-8")
+    assert "docs/vllm_claims.md" in (NOTEBOOKS / "07_paged_engine_real_model.ipynb").read_text(
+        encoding="utf-8")
 
 
-# ------------------------------------------------------------------------------------------ the checker can fail
+# --------------------------------------------------------------------------------------- the checker can fail
 def _fake_index() -> dict:
-    return {"vllm_version": "0.32.0", "files": {"vllm/v1/core/block_pool.py": ["BlockPool", "BlockPool.free_blocks"]},
+    return {"vllm_version": "0.32.0", "files": {"vllm/v1/core/block_pool.py": ["BlockPool",
+                                                                               "BlockPool.free_blocks"]},
             "missing": []}
 
 
@@ -240,14 +255,19 @@ def test_the_checker_accepts_a_correct_row():
 
 
 @pytest.mark.parametrize("source, checked, taught, expected", [
-    ("`vllm/v1/core/block_pool.py` `BlockPool.free_block`", "source: x", "nb03 03-02", "defines no 'BlockPool.free_block'"),
-    ("`vllm/v1/core/block_manager.py` `BlockAllocator.allocate`", "source: x", "nb03 03-02", "is not in tests/data"),
+    ("`vllm/v1/core/block_pool.py` `BlockPool.free_block`", "source: x", "nb03 03-02",
+     "defines no 'BlockPool.free_block'"),
+    ("`vllm/v1/core/block_manager.py` `BlockAllocator.allocate`", "source: x", "nb03 03-02",
+     "is not in tests/data"),
     ("`vllm/v1/core/block_pool.py` (774)", "source: x", "nb03 03-02", "name the function"),
-    ("`vllm/v1/core/block_pool.py` `BlockPool`", "trace: reuse_fifo", "nb03 03-02", "no recorded scenario 'reuse_fifo'"),
-    ("`vllm/v1/core/block_pool.py` `BlockPool`", "trace config: swap_space", "nb03 03-02", "no setting 'swap_space'"),
+    ("`vllm/v1/core/block_pool.py` `BlockPool`", "trace: reuse_fifo", "nb03 03-02",
+     "no recorded scenario 'reuse_fifo'"),
+    ("`vllm/v1/core/block_pool.py` `BlockPool`", "trace config: swap_space", "nb03 03-02",
+     "no setting 'swap_space'"),
     ("`vllm/v1/core/block_pool.py` `BlockPool`", "it is true", "nb03 03-02", "a check is"),
     ("`vllm/v1/core/block_pool.py` `BlockPool`", "source: x", "nb03 03-99", "no cell '03-99'"),
-    ("`vllm/v1/core/block_pool.py` `BlockPool`", "source: x", "glossary: free list", "no glossary term 'free list'"),
+    ("`vllm/v1/core/block_pool.py` `BlockPool`", "source: x", "glossary: free list",
+     "no glossary term 'free list'"),
 ])
 def test_the_checker_catches_a_planted_mistake(source, checked, taught, expected):
     problems = _problems(_fake_row(source, checked, taught))
@@ -256,15 +276,18 @@ def test_the_checker_catches_a_planted_mistake(source, checked, taught, expected
 
 def test_the_citation_finder_skips_other_projects_and_urls():
     indexer = load_script("scripts/index_vllm_source.py")
-    text = ("`BlockPool.free_blocks` in `vllm/v1/core/block_pool.py`; nano-vllm's `nanovllm/engine/block_manager.py`; "
+    text = ("`BlockPool.free_blocks` in `vllm/v1/core/block_pool.py`; nano-vllm's "
+            "`nanovllm/engine/block_manager.py`; "
             "[link](https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/parallel_sampling.py); "
             "`vllm/v1/core/` is a folder")
     assert indexer.citations_in(text) == {"vllm/v1/core/block_pool.py"}
-    assert indexer.citations_in("(`v1/core/block_pool.py:774`)", relative=True) == {"vllm/v1/core/block_pool.py"}
+    assert indexer.citations_in("(`v1/core/block_pool.py:774`)", relative=True) == {
+        "vllm/v1/core/block_pool.py"}
 
 
 def test_the_indexer_names_classes_methods_fields_and_module_assignments():
     indexer = load_script("scripts/index_vllm_source.py")
-    src = ("X = 1\nif True:\n    Y: int = 2\nclass A:\n    f: int = 0\n    g = 1\n    def m(self):\n        z = 3\n"
-           "    class B:\n        def n(self): ...\ndef h(): ...\ntry:\n    W = 0\nexcept ImportError:\n    V = 1\n")
+    src = ("X = 1\nif True:\n    Y: int = 2\nclass A:\n    f: int = 0\n    g = 1\n    def m(self):\n        "
+           "z = 3\n    class B:\n        def n(self): ...\ndef h(): ...\ntry:\n    W = 0\nexcept "
+           "ImportError:\n    V = 1\n")
     assert indexer.defined_names(src) == ["A", "A.B", "A.B.n", "A.f", "A.g", "A.m", "V", "W", "X", "Y", "h"]

@@ -33,7 +33,8 @@ def vllm_ids(blocks: list[int]) -> list[int]:
 def replay(scenario: dict) -> int:
     """Drive our Scheduler through ``scenario`` and compare each step with vLLM's. Returns the steps."""
     cfg = scenario["config"]
-    bm = BlockManager(cfg["num_blocks"] - 1, cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"])
+    bm = BlockManager(cfg["num_blocks"] - 1, cfg["block_size"],
+                      enable_prefix_caching=cfg["enable_prefix_caching"])
     sched = Scheduler(bm, max_num_seqs=cfg["max_num_seqs"],
                       max_num_batched_tokens=cfg["max_num_batched_tokens"])
     requests = {r["id"]: r for r in scenario["requests"]}
@@ -54,7 +55,8 @@ def replay(scenario: dict) -> int:
         sampled = [requests[e.seq.seq_id]["output_token_ids"][e.seq.num_output_tokens] for e in out.sampling]
         finished = sched.update(out, sampled)
         assert sorted(s.seq_id for s in finished) == sorted(want["finished"]), where
-        computed = {sid: s.num_computed_tokens for sid, s in seqs.items() if not s.is_finished and s.status.value == "running"}
+        computed = {sid: s.num_computed_tokens for sid,
+                    s in seqs.items() if not s.is_finished and s.status.value == "running"}
         want_computed = {sid: n for sid, n in want["num_computed_tokens"].items() if sid in computed}
         assert computed == want_computed, where
         assert vllm_ids(list(bm.pool.free_queue)) == want["free_queue_after_update"], where
@@ -77,7 +79,8 @@ def test_the_scheduler_makes_vllm_v1s_decisions(name):
 def test_the_traces_cover_what_they_claim():
     """The scenarios the issue asks for are recorded, and together they preempt, hit and chunk."""
     names = set(SCENARIOS)
-    for need in ("table_story_8_2_4", "reuse_lifo_caching_off", "reuse_lru_caching_on", "chunked_prefill_small_budget",
+    for need in ("table_story_8_2_4", "reuse_lifo_caching_off", "reuse_lru_caching_on",
+                 "chunked_prefill_small_budget",
                  "long_prompt_partial_fit", "preemption_caching_off", "preemption_caching_on",
                  "shared_system_prompt", "twins_same_step_caching_on", "max_num_seqs_admission"):
         assert need in names

@@ -17,7 +17,8 @@ TRACES = ROOT / "tests" / "data" / "vllm_v1_traces.json"
 
 TOP_KEYS = {"vllm_version", "recorder", "vllm_config", "scenarios"}
 VLLM_CONFIG_KEYS = {
-    "enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold", "async_scheduling",
+    "enable_chunked_prefill", "scheduler_reserve_full_isl", "long_prefill_token_threshold",
+    "async_scheduling",
     "prefix_caching_hash_algo", "policy", "watermark", "scheduler_class", "gpu_memory_utilization",
     "num_lookahead_tokens", "use_v2_model_runner", "per_scenario", "default_max_num_batched_tokens",
 }  # fmt: skip
@@ -26,7 +27,8 @@ CONFIG_KEYS = {"num_blocks", "block_size", "max_num_seqs", "max_num_batched_toke
                "max_model_len"}  # fmt: skip
 REQUEST_KEYS = {"id", "prompt_token_ids", "max_tokens", "arrival_step", "output_token_ids"}
 STEP_KEYS = {
-    "step", "arrived", "scheduled", "scheduled_order", "scheduled_new", "scheduled_resumed", "scheduled_running",
+    "step", "arrived", "scheduled", "scheduled_order", "scheduled_new", "scheduled_resumed",
+    "scheduled_running",
     "preempted", "finished", "num_computed_tokens", "num_output_tokens", "block_ids", "free_queue",
     "free_queue_after_update", "cached_blocks", "running", "waiting", "prefix_cache",
 }  # fmt: skip
@@ -81,7 +83,8 @@ def test_schema(data):
             assert set(st["prefix_cache"]) == COUNTERS
 
 
-@pytest.mark.parametrize("s", [pytest.param(s, id=s["name"]) for s in json.loads(TRACES.read_text())["scenarios"]])
+@pytest.mark.parametrize("s",
+                         [pytest.param(s, id=s["name"]) for s in json.loads(TRACES.read_text())["scenarios"]])
 def test_scenario_is_self_consistent(s):
     c, steps = s["config"], s["steps"]
     bs, n_blocks = c["block_size"], c["num_blocks"]
@@ -150,7 +153,8 @@ def test_the_hand_written_stories_hold(data):
     tables = [st["block_ids"].get("A") for st in story if "A" in st["block_ids"]]
     assert tables[0] == [8, 2] and [8, 2, 4] in tables  # paged_lab's ids: [7, 1] -> [7, 1, 3]
     twins = by_name["twins_same_step_caching_on"]["steps"][0]
-    assert twins["scheduled"] == {"A": 10, "B": 2} and twins["block_ids"]["B"][:2] == twins["block_ids"]["A"][:2]
+    assert (twins["scheduled"] == {"A": 10, "B": 2}
+            and twins["block_ids"]["B"][:2] == twins["block_ids"]["A"][:2])
     wait = by_name["long_prompt_partial_fit"]["steps"]
     a_done = next(st["step"] for st in wait if "A" in st["finished"])
     assert all("B" not in st["scheduled"] for st in wait[: a_done + 1])  # no first chunk either ...

@@ -1,4 +1,5 @@
-"""viz.widgets.interactive: controls drive the figure and the readout, with a FigureWidget or (Colab) an Output."""
+"""viz.widgets.interactive: controls drive the figure and the readout, with a FigureWidget
+or (Colab) an Output."""
 
 import json
 import sys
@@ -19,7 +20,8 @@ def bars(n: int, scale: float = 1.0, title: str = "bars") -> go.Figure:
 
 
 def controls():
-    return {"n": W.IntSlider(value=2, min=1, max=5, description="n"), "scale": W.FloatSlider(value=1.0, description="s")}
+    return {"n": W.IntSlider(value=2, min=1, max=5, description="n"),
+            "scale": W.FloatSlider(value=1.0, description="s")}
 
 
 def test_figure_widget_follows_the_controls():
@@ -47,7 +49,8 @@ def test_box_shows_controls_readout_and_figure():
     box = interactive(bars, ctl)
     row, readout, view = box.children
     assert [c.children[1] for c in row.children] == list(ctl.values())  # each control under its label
-    assert [c.children[0].value for c in row.children] == ["<span title='n'>n</span>", "<span title='s'>s</span>"]
+    assert [c.children[0].value for c in row.children] == ["<span title='n'>n</span>",
+                                                           "<span title='s'>s</span>"]
     assert readout is box.readout and view is box.view
     assert box.readout.value == ""  # no readout function: stays empty
 
@@ -57,7 +60,8 @@ def test_controls_sit_under_their_labels_with_room_to_move():
     the label goes above, the control gets the box's whole width."""
     slider = W.IntSlider(value=0, min=0, max=9, description="random seed (which requests)",
                          style={"description_width": "initial"})
-    wide = W.SelectionSlider(options=[("a", 0), ("b", 1)], description="after event", layout=W.Layout(width="95%"))
+    wide = W.SelectionSlider(options=[("a", 0), ("b", 1)], description="after event",
+                             layout=W.Layout(width="95%"))
     toggles = W.ToggleButtons(options=["x", "y"], description="dtype")
     box = interactive(lambda seed, step, mode: bars(1), {"seed": slider, "step": wide, "mode": toggles})
     cells = box.children[0].children
@@ -93,7 +97,8 @@ def test_fixed_arguments_reach_the_figure_function():
 
 
 def test_output_fallback_redraws_a_plain_figure():
-    """The Colab path: no FigureWidget, a plain figure re-drawn in an Output; the core controls still drive it."""
+    """The Colab path: no FigureWidget, a plain figure re-drawn in an Output; the core
+    controls still drive it."""
     ctl = controls()
     box = interactive(bars, ctl, readout=lambda fig, **v: f"n={v['n']}", use_figure_widget=False)
     assert box.figure is None and isinstance(box.view, W.Output)

@@ -276,10 +276,13 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
     shown = quiz.shown()
     right, wrong = shown[0].pick(0), shown[0].pick(1)
-    assert right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V") and "所有請求一起讀" in right.text
-    assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 層）；上下文變長，"
-                                                "只是同樣的層處理更多 token。再試試別的選項。")
-    assert shown[1].check("3").text == "✗ 太小了: 3 比答案小。這是 4 格 block 的情形。16 格時，一個 block 就裝下全部 9 個 token。再試一次。"
+    assert (right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V")
+            and "所有請求一起讀" in right.text)
+    assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 "
+                                                "層）；上下文變長，只是同樣的層處理更多 "
+                                                "token。再試試別的選項。")
+    assert shown[1].check("3").text == ("✗ 太小了: 3 比答案小。這是 4 格 block 的情形。16 格時，一個 block "
+                                        "就裝下全部 9 個 token。再試一次。")
     assert shown[1].check("20").text.startswith("✗ 太大了: 20 比答案大。一個 sequence 只占")
     assert shown[1].check("七").text.startswith("✗ 不是數字: 「七」不是數字") and shown[1].check("７").correct
     assert quiz[0].answer_text.startswith("Every token keeps")  # the notebook's checks read the English
@@ -341,8 +344,8 @@ def test_templates_split_where_the_catalogue_can_translate(zh):
     # clauses joined by "; " are translated one by one, and a "→" inside a clause does not split the readout
     readout = ("step 3 ran 0 prefill + 3 decode; a full last block → a new block for 2 → 3 running, "
                "3 waiting, 15% of the slots hold tokens")
-    assert i18n.t(readout) == ("第 3 步執行了 0 個 prefill + 3 個 decode；最後一個 block 滿了 → 替 2 開新的 block → "
-                               "3 個執行中、3 個在等，15% 的槽位放了 token")
+    assert i18n.t(readout) == ("第 3 步執行了 0 個 prefill + 3 個 decode；最後一個 block 滿了 → 替 2 開新的 "
+                               "block → 3 個執行中、3 個在等，15% 的槽位放了 token")
     # a title wrapped for display (viz.widgets.wrap_title) is found with its wrap undone
     assert (i18n.t("External fragmentation: free lockers that add<br>up, but not in a row")
             == "外部碎片：空櫃子加起來夠多，卻不連號")

@@ -46,9 +46,11 @@ TERMS: tuple[Term, ...] = (
          "for it (vLLM `Request`, nano-vllm `Sequence`).", True, ("requests", "sequence", "sequences")),
     Term("KV cache", "luggage", "行李", "The K and V vectors of every token in every layer, kept so the next "
          "token need not recompute them; grows linearly with the conversation.", True),
-    Term("K and V", "name tags and folders", "名牌和資料夾", "Per token and layer, the key (matched against later "
-         "queries) and the value (mixed into the output).", True, ("K/V", "KV")),
-    Term("bytes per token", "the size of one piece of luggage", "一件行李的大小", "KV bytes one token costs: 2 × "
+    Term("K and V", "name tags and folders", "名牌和資料夾", "Per token and layer, the key (matched against "
+                                                       "later queries) and the value (mixed "
+                                                       "into the output).", True, ("K/V", "KV")),
+    Term("bytes per token", "the size of one piece of luggage", "一件行李的大小",
+         "KV bytes one token costs: 2 × "
          "layers × KV heads × head_dim × bytes per number."),
     Term("GQA", "several queries share one set of name tags and folders", "幾個查詢共用一組名牌和資料夾",
          "Grouped-query attention: a group of query heads shares one KV head, so the cache stores fewer "
@@ -57,35 +59,41 @@ TERMS: tuple[Term, ...] = (
     Term("model weights", "the station's rules, one copy for everyone", "模型權重",
          "The parameters: one copy shared by every request; paging does not shrink them (quantization does).",
          True, ("weights",)),
-    Term("KV pool", "the locker area", "置物櫃區", "The GPU memory left for the KV cache after the weights, cut "
-         "into `num_blocks` blocks shared by all requests.", True, ("KV memory",)),
+    Term("KV pool", "the locker area", "置物櫃區", "The GPU memory left for the KV cache after the weights, "
+                                               "cut into `num_blocks` blocks shared "
+                                               "by all requests.", True, ("KV memory",)),
     # --- lockers, pages and the table (notebooks 02-03) ---
     Term("slot", "locker", "一格", "Room for one token's K and V; `slot = block id × block_size + offset`.",
          True, ("slots", "KV slot")),
     Term("block", "page: a row of lockers handed out together", "頁", "`block_size` consecutive slots, the "
          "unit of allocation: a request takes a new block only when its last one is full.", True,
          ("blocks", "KV block", "physical block")),
-    Term("block_size", "lockers per page", "每頁的格數", "Tokens per block: 16 in the paper; engines choose what "
-         "their attention kernel supports (nano-vllm: 256).", False, ("block size",)),
-    Term("block table", "Ah-Ye's lookup table", "阿頁的對照表", "Per request, logical block j → physical block "
-         "id, in reading order; attention reads K and V through it.", True,
+    Term("block_size", "lockers per page", "每頁的格數", "Tokens per block: 16 in the paper; engines choose "
+                                                    "what their attention kernel supports "
+                                                    "(nano-vllm: 256).", False, ("block size",)),
+    Term("block table", "Ah-Ye's lookup table", "阿頁的對照表", "Per request, logical block j → physical "
+                                                          "block id, in reading order; attention reads K "
+                                                          "and V through it.", True,
          ("block tables", "block_table", "block_tables")),
     Term("logical block", "a traveller's page number (reading order)", "閱讀順序",
          "The j-th block of a request, counting its tokens in order.", True, ("logical blocks",)),
     Term("physical block id", "where the page actually sits", "實際位置", "A block's index in the KV pool, "
          "wherever it is.", True, ("physical block ids",)),
-    Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格", "Per token, the slot its K and V are "
+    Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格",
+         "Per token, the slot its K and V are "
          "stored in: `block_table[pos // block_size] * block_size + pos % block_size`."),
-    Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單", "The free blocks, in the order they are "
+    Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單",
+         "The free blocks, in the order they are "
          "handed out. V1: a freed block with nothing cached goes to the front (reused first), a cached one "
          "to the back, so cached content is overwritten least recently freed first."),
-    Term("free", "a traveller leaving", "旅客離開", "A finished request returns its blocks to the free queue, "
-         "last block first."),
+    Term("free", "a traveller leaving", "旅客離開", "A finished request returns its blocks to the free "
+                                                "queue, last block first."),
     # --- the old manager's waste (notebook 02) ---
     Term("contiguous reservation", "the old manager's 12 lockers in a row", "先鎖 12 格連號",
          "Reserving `max_seq_len` slots in a row for each request when it arrives (before paging).", True,
          ("max_seq_len reservation", "contiguous reservations")),
-    Term("internal fragmentation", "lockers locked but empty", "沒有東西卻被占著", "Reserved slots that never hold "
+    Term("internal fragmentation", "lockers locked but empty", "沒有東西卻被占著",
+         "Reserved slots that never hold "
          "a token: the request finished early.", True),
     Term("external fragmentation", "holes that add up but fit nobody", "加起來夠大卻塞不進",
          "Free memory split into holes, each too small for one more reservation.", True),
@@ -99,10 +107,12 @@ TERMS: tuple[Term, ...] = (
          "one token.", True, ("steps", "scheduler step", "engine step")),
     Term("waiting queue", "the waiting area", "等待區", "Requests not admitted yet, or sent back; served in "
          "order.", True, ("waiting",)),
-    Term("admission", "let in only when the luggage fits", "放得下才讓人進", "Moving a request from waiting to "
+    Term("admission", "let in only when the luggage fits", "放得下才讓人進",
+         "Moving a request from waiting to "
          "running: its whole prompt must fit (prefix-cache hits counted in V1). V0 also allocated all its "
          "blocks then; V1 allocates them as the prompt is computed.", True, ("admitted", "admit")),
-    Term("prefill", "reading the whole earlier text in", "整段前文", "Computing K and V for a request's prompt "
+    Term("prefill", "reading the whole earlier text in", "整段前文",
+         "Computing K and V for a request's prompt "
          "tokens (and, after a recompute, its earlier output).", True, ("prefills",)),
     Term("decode", "one more piece per round", "每輪多一件", "Computing one new token for a running request.",
          False, ("decodes",)),
@@ -114,23 +124,32 @@ TERMS: tuple[Term, ...] = (
          "prefills by default)."),
     Term("static batching", "the whole group finishes before the next", "整組辦完才換",
          "A batch runs until its longest member is done; finished rows sit idle (padding).", True),
-    Term("continuous batching", "refill a window every round", "每輪補人", "The batch is re-formed every step, "
+    Term("continuous batching", "refill a window every round", "每輪補人",
+         "The batch is re-formed every step, "
          "so a finished request's place is refilled at once (Orca's iteration-level scheduling).", True),
-    Term("preemption", "sent back to the waiting area", "請回等待區", "Freeing a running request's blocks when "
+    Term("preemption", "sent back to the waiting area", "請回等待區",
+         "Freeing a running request's blocks when "
          "the pool runs out; the newest running request goes first. V0: recompute or swap; V1: recompute "
          "only.", False, ("preempted", "preempt", "preempts", "preemptions")),
-    Term("recompute", "start the luggage over", "重新放一次行李", "Preemption that drops the KV and later prefills "
-         "the prompt and the generated tokens again (V1's only kind).", False, ("recomputed", "recomputes")),
-    Term("swap", "pages moved out and back in", "換出去再換回來", "V0's other preemption: copy the blocks to CPU "
-         "memory and back instead of recomputing.", True, ("swapped", "swap space")),
+    Term("recompute", "start the luggage over", "重新放一次行李", "Preemption that drops the KV and later "
+                                                           "prefills the prompt and the generated tokens "
+                                                           "again (V1's only "
+                                                           "kind).", False, ("recomputed", "recomputes")),
+    Term("swap", "pages moved out and back in", "換出去再換回來", "V0's other preemption: copy the blocks to "
+                                                           "CPU memory and back "
+                                                           "instead of "
+                                                           "recomputing.", True, ("swapped", "swap space")),
     # --- sharing (notebooks 04, 07) ---
-    Term("parallel sampling", "n answers to one question", "同一個問題要 n 個答案", "`SamplingParams(n>1)`. V0: fork "
+    Term("parallel sampling", "n answers to one question", "同一個問題要 n 個答案",
+         "`SamplingParams(n>1)`. V0: fork "
          "the sequence, copy-on-write; V1: n requests sharing the prompt's full blocks through prefix "
          "caching.", False, ("n > 1",)),
-    Term("fork", "a traveller's twin using the same pages", "分身共用同一批頁", "V0: a new sequence that shares "
+    Term("fork", "a traveller's twin using the same pages", "分身共用同一批頁",
+         "V0: a new sequence that shares "
          "every block of its parent (each block's refcount + 1), nothing copied.", False,
          ("forks", "forked")),
-    Term("refcount", "how many tables list a page", "有幾張對照表記著這一頁", "How many sequences hold a block; it "
+    Term("refcount", "how many tables list a page", "有幾張對照表記著這一頁",
+         "How many sequences hold a block; it "
          "returns to the free queue at 0.", False, ("refcounts",)),
     Term("copy-on-write", "copy a shared page before writing into it", "要寫之前先複製",
          "V0: appending to a shared, partly filled block first copies it (`CowAction(src, dst)`); full "
@@ -140,11 +159,13 @@ TERMS: tuple[Term, ...] = (
     Term("prefix caching", "recognise pages whose contents are already stored", "認出已經放過的頁",
          "Full blocks named by a chained hash are reused by any later request with the same prefix; hits "
          "are counted in tokens.", False, ("prefix cache", "prefix-cache hit", "prefix cache hit")),
-    Term("block hash", "the label on a page", "頁的標籤", "`hash(parent hash, token ids, extra_key)` of a full "
-         "block: equal only after an equal prefix.", False, ("block hashes",)),
+    Term("block hash", "the label on a page", "頁的標籤", "`hash(parent hash, token ids, extra_key)` of a "
+                                                      "full block: equal only after "
+                                                      "an equal prefix.", False, ("block hashes",)),
     Term("system prompt", "the same instructions in front of everyone", "系統提示詞",
          "A shared start of many prompts: what prefix caching stores once.", True, ("system prompts",)),
-    Term("eviction", "reusing a freed page for new luggage", "舊頁拿去放新行李", "Handing out a free block that "
+    Term("eviction", "reusing a freed page for new luggage", "舊頁拿去放新行李",
+         "Handing out a free block that "
          "still held cached content; its hash is forgotten.", False, ("evict", "evicted", "evictions")),
     # --- reading the pages (notebook 06) ---
     Term("mask", "skip the empty lockers", "空格不讀", "Empty slots of a last block are masked on the loads "
@@ -152,7 +173,8 @@ TERMS: tuple[Term, ...] = (
     Term("online softmax", "a running tally while reading page by page", "邊讀邊記的總分",
          "Softmax in one pass over the blocks: a running max, sum and weighted V, rescaled when the max "
          "grows."),
-    Term("split-KV", "the table split among helpers", "把對照表分給幾位幫手", "Flash-decoding: partitions of a long "
+    Term("split-KV", "the table split among helpers", "把對照表分給幾位幫手",
+         "Flash-decoding: partitions of a long "
          "context run in parallel and merge by log-sum-exp.", False, ("flash-decoding", "splits")),
     # --- the whole station (notebook 07) ---
     Term("inference engine", "the locker area's whole management", "置物櫃區的整套管理",

@@ -411,7 +411,8 @@ class BlockManager:
         """The live pool as a PoolState (what ``replay(bm.events, ...)`` must rebuild)."""
         tables = {sid: list(s.table) for sid, s in self._seqs.items()}
         num_tokens = {sid: len(s.token_ids) for sid, s in self._seqs.items()}
-        return PoolState(self.num_blocks, list(self.pool.refcounts), tables, num_tokens, list(self.pool.free_queue),
+        return PoolState(self.num_blocks, list(self.pool.refcounts), tables, num_tokens,
+                         list(self.pool.free_queue),
                          set(self.pool.block_hash), self.events[-1] if self.events else None)
 
     def check_invariants(self) -> None:

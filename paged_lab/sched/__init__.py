@@ -14,4 +14,5 @@ from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
 
-__all__ = ["RequestTooLargeError", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence", "SequenceStatus"]
+__all__ = ["RequestTooLargeError", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence",
+           "SequenceStatus"]

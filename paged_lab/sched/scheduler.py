@@ -220,7 +220,8 @@ class Scheduler:
                 break  # first come, first served: nobody overtakes the head
             self.waiting.popleft()
             slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
-            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0, max_new_tokens=slots_now)
+            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                    max_new_tokens=slots_now)
             seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
             seq.num_prefill_tokens = len(seq)
             seq.status = RUNNING
@@ -341,7 +342,8 @@ class Scheduler:
             child.token_ids[-1] = last_token_id
         child.num_computed_tokens = parent.num_computed_tokens
         child.num_prefill_tokens = parent.num_prefill_tokens
-        child.first_scheduled_step, child.first_token_step = parent.first_scheduled_step, parent.first_token_step
+        child.first_scheduled_step, child.first_token_step = (parent.first_scheduled_step,
+                                                              parent.first_token_step)
         child.output_steps = list(parent.output_steps)
         child.status = RUNNING
         self._live_ids.add(child.seq_id)

@@ -23,5 +23,5 @@ from paged_lab.sim.simulate import (
 )
 from paged_lab.sim.workloads import Request, Workload
 
-__all__ = ["Chunk", "Request", "SimResult", "Span", "Workload", "memory_stats", "paged", "simulate", "slot_map",
-           "synthetic_token", "workloads"]
+__all__ = ["Chunk", "Request", "SimResult", "Span", "Workload", "memory_stats", "paged", "simulate",
+           "slot_map", "synthetic_token", "workloads"]

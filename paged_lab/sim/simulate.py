@@ -121,7 +121,8 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
         if scheduler is None:
             scheduler = {}
         if not isinstance(scheduler, Mapping):
-            raise TypeError(f"scheduler must be a Scheduler or a dict of its arguments, got {type(scheduler).__name__}")
+            raise TypeError("scheduler must be a Scheduler or a dict of its arguments, got "
+                            f"{type(scheduler).__name__}")
         kwargs = {"max_num_seqs": 256, **scheduler}
         sched = Scheduler(allocator, **kwargs)
     if sched.has_unfinished() or sched.step_count or sched.allocator.seq_ids:
@@ -130,7 +131,8 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
 
 
 def simulate(workload: Workload | list[Request], allocator=None, scheduler=None, *,
-             max_steps: int | None = None, record_slots: bool = False, record_chunks: bool = False) -> SimResult:
+             max_steps: int | None = None, record_slots: bool = False,
+             record_chunks: bool = False) -> SimResult:
     """Run ``workload`` through a Scheduler over ``allocator`` until every request finishes.
 
     ``allocator``: a fresh BlockManager (paged) or ContiguousAllocator (the old manager).
@@ -176,7 +178,8 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
 
 def _result(steps, done, rejected, sched, windows, slot_maps, total_slots, chunks) -> SimResult:
     """The timeline columns, one row per request, and the summary (latency in steps included)."""
-    cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS, zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
+    cols = {c: list(column) for c, column in zip(TIMELINE_COLUMNS,
+                                                 zip(*steps))} or {c: [] for c in TIMELINE_COLUMNS}
     rows = _request_rows(done, rejected)
     summary = _summary(cols, rows, sched)
     summary.update(latency_summary([s.ttft_steps for s in done], token_gaps(s.output_steps for s in done),
@@ -224,7 +227,8 @@ def _request_rows(done: list[Sequence], rejected: list[tuple[str, str]]) -> list
     rows = [{"name": seq.name, "seq_id": seq.seq_id, "status": "finished",
              "arrival_step": seq.arrival_step, "first_scheduled_step": seq.first_scheduled_step,
              "first_token_step": seq.first_token_step, "finish_step": seq.finish_step,
-             "latency_steps": seq.latency_steps, "ttft_steps": seq.ttft_steps, "prompt_tokens": seq.num_prompt_tokens,
+             "latency_steps": seq.latency_steps, "ttft_steps": seq.ttft_steps,
+             "prompt_tokens": seq.num_prompt_tokens,
              "output_tokens": seq.num_output_tokens, "max_tokens": seq.max_tokens,
              "preemptions": seq.num_preemptions, "finish_reason": seq.finish_reason,
              "output_steps": seq.output_steps}  # the step of each output token (shared, not copied)

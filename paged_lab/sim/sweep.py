@@ -66,11 +66,13 @@ def run_point(design: str, rate: float, num_requests: int = 150, block_size: int
 def _run_point(design, rate, num_requests, block_size, num_slots, max_num_seqs, max_num_batched_tokens,
                seed) -> CurvePoint:
     wl = uniform(num_requests, prompt_len=(16, 64), output_len=(8, 64), requests_per_step=rate, seed=seed)
-    alloc = paged(num_slots // block_size, block_size) if design == "paged" else ContiguousAllocator(num_slots,
-                                                                                                    MAX_SEQ_LEN)
-    s = simulate(wl, alloc, {"max_num_seqs": max_num_seqs, "mode": "static" if design == "static" else "continuous",
+    alloc = (paged(num_slots // block_size, block_size) if design == "paged"
+             else ContiguousAllocator(num_slots, MAX_SEQ_LEN))
+    s = simulate(wl, alloc, {"max_num_seqs": max_num_seqs,
+                             "mode": "static" if design == "static" else "continuous",
                              "max_num_batched_tokens": max_num_batched_tokens}).summary
-    return CurvePoint(design, rate, max_num_seqs, s["tokens_per_step"], s["ttft_steps_p90"], s["itl_steps_p90"],
+    return CurvePoint(design, rate, max_num_seqs, s["tokens_per_step"], s["ttft_steps_p90"],
+                      s["itl_steps_p90"],
                       s["itl_steps_p99"], s["e2e_steps_p90"], s["num_preemptions"], s["peak_running"])
 
 

@@ -62,9 +62,11 @@ def long_prompt_workload(num_decoders: int = 8, decode_tokens: int = 40, long_pr
                          arrives_at: int = 10) -> Workload:
     """``num_decoders`` short chats decoding from step 0, and one long prompt (a document to
     summarise) arriving at step ``arrives_at``."""
-    chats = [Request(f"chat{i}", tuple(range(1 + 16 * i, 17 + 16 * i)), decode_tokens) for i in range(num_decoders)]
+    chats = [Request(f"chat{i}", tuple(range(1 + 16 * i,
+                                             17 + 16 * i)), decode_tokens) for i in range(num_decoders)]
     doc = Request("document", tuple(range(10_000, 10_000 + long_prompt)), 8, arrives_at)
-    return Workload("long_prompt", tuple(chats) + (doc,), f"{num_decoders} chats + one {long_prompt}-token prompt")
+    return Workload("long_prompt", tuple(chats) + (doc,), f"{num_decoders} chats + one "
+                                                          f"{long_prompt}-token prompt")
 
 
 def chunked_prefill_runs(budgets=(None, 256), workload: Workload | None = None, num_blocks: int = 512,

@@ -108,11 +108,13 @@ def with_arrivals(workload: Workload, arrival_steps, name: str | None = None) ->
     :func:`poisson_arrivals` / :func:`burst_arrivals`)."""
     steps = list(arrival_steps)
     if len(steps) != len(workload):
-        raise ValueError(f"arrival_steps has {len(steps)} entries but the workload has {len(workload)} requests")
+        raise ValueError(f"arrival_steps has {len(steps)} entries but the workload has "
+                         f"{len(workload)} requests")
     for i, a in enumerate(steps):
         check_int(f"arrival_steps[{i}]", a, minimum=0)
     reqs = tuple(Request(r.name, r.prompt_token_ids, r.max_tokens, int(a)) for r, a in zip(workload, steps))
-    return Workload(name or workload.name, reqs, f"{workload.description}; arrivals {steps[:3]}...".strip("; "))
+    return Workload(name or workload.name, reqs,
+                    f"{workload.description}; arrivals {steps[:3]}...".strip("; "))
 
 
 def _build(name: str, prompt_lens, output_lens, arrivals, description: str, prefixes=None) -> Workload:
@@ -158,7 +160,8 @@ def long_tail(num_requests: int, prompt_median: float = 160, output_median: floa
     n = check_int("num_requests", num_requests, minimum=0)
     msl = check_int("max_seq_len", max_seq_len, minimum=2)
     if not (prompt_median > 0 and output_median > 0):
-        raise ValueError(f"prompt_median and output_median must be > 0, got {prompt_median!r}, {output_median!r}")
+        raise ValueError(f"prompt_median and output_median must be > 0, got {prompt_median!r}, "
+                         f"{output_median!r}")
     if not sigma >= 0:
         raise ValueError(f"sigma must be >= 0, got {sigma!r}")
     rng = np.random.default_rng(seed)

@@ -4,7 +4,8 @@ Workload (fixed, seeded): ``num_requests`` prompts of 8-48 tokens; most ask for 
 ``num_long`` ask for many. Every request generates exactly its ``max_tokens`` (EOS ignored everywhere),
 so all three runs produce the same number of useful tokens and tokens/s compare directly.
 
-- **paged_lab**: ``LLM.generate`` - continuous batching over the paged KV cache, ``max_num_seqs = batch_size``.
+- **paged_lab**: ``LLM.generate`` - continuous batching over the paged KV cache,
+  ``max_num_seqs = batch_size``.
 - **hf_static**: transformers ``generate`` on padded batches of ``batch_size`` in arrival order; a batch
   runs until its longest member is done (tokens past a request's own max_tokens are not counted).
 - **hf_generate_batch**: transformers' own paged continuous batching (the manager behind
@@ -73,7 +74,8 @@ class BenchReport:
         return self.median_tokens_per_s(method) / self.median_tokens_per_s(baseline)
 
 
-def bench_workload(tokenizer, num_requests: int = 32, num_long: int = 4, short_tokens: tuple[int, int] = (4, 16),
+def bench_workload(tokenizer, num_requests: int = 32, num_long: int = 4,
+                   short_tokens: tuple[int, int] = (4, 16),
                    long_tokens: int = 128, seed: int = 0) -> list[BenchRequest]:
     """The fixed skewed workload: ``num_requests - num_long`` short outputs, ``num_long`` long ones."""
     if not 0 <= num_long <= num_requests:
@@ -123,7 +125,8 @@ def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:
         batch = workload[b:b + batch_size]
         width = max(len(r.prompt_token_ids) for r in batch)
         ids = torch.tensor([[pad] * (width - len(r.prompt_token_ids)) + r.prompt_token_ids for r in batch])
-        mask = torch.tensor([[0] * (width - len(r.prompt_token_ids)) + [1] * len(r.prompt_token_ids) for r in batch])
+        mask = torch.tensor([[0] * (width - len(r.prompt_token_ids)) + [1] * len(r.prompt_token_ids)
+                             for r in batch])
         longest = max(r.max_tokens for r in batch)
         gc = GenerationConfig(max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
                               pad_token_id=pad, eos_token_id=None)
@@ -132,7 +135,8 @@ def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:
                                  generation_config=gc)
         assert out.shape[1] == width + longest, "hf_static stopped early"
     if model.device.type == "cuda":
-        torch.cuda.synchronize(model.device)  # stop the clock when the GPU has finished, not when it was told to
+        # stop the clock when the GPU has finished, not when it was told to
+        torch.cuda.synchronize(model.device)
     return RunResult("hf_static", time.perf_counter() - t, _useful(workload))
 
 
@@ -149,8 +153,10 @@ def run_hf_generate_batch(model, workload, batch_size: int) -> RunResult:
     hf_logging.set_verbosity_error()
     try:
         t = time.perf_counter()
-        with model.continuous_batching_context_manager(generation_config=gc, continuous_batching_config=cbc) as m:
-            ids = [m.add_request(r.prompt_token_ids, max_new_tokens=r.max_tokens, eos_token_id=-1) for r in workload]
+        with model.continuous_batching_context_manager(generation_config=gc,
+                                                       continuous_batching_config=cbc) as m:
+            ids = [m.add_request(r.prompt_token_ids, max_new_tokens=r.max_tokens, eos_token_id=-1)
+                   for r in workload]
             done: dict[str, int] = {}
             while len(done) < len(ids):
                 res = m.get_result(timeout=1)
@@ -166,9 +172,11 @@ def run_hf_generate_batch(model, workload, batch_size: int) -> RunResult:
     return RunResult("hf_generate_batch", seconds, made)
 
 
-def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: int = 8, threads: int | None = None,
+def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: int = 8,
+              threads: int | None = None,
               methods: tuple[str, ...] = METHODS, num_requests: int = 32, num_long: int = 4,
-              long_tokens: int = 128, progress: bool = True, loaded=None, enforce_eager: bool = True) -> BenchReport:
+              long_tokens: int = 128, progress: bool = True, loaded=None,
+              enforce_eager: bool = True) -> BenchReport:
     """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike).
 
     enforce_eager=False: paged_lab compiles its decode steps first (``LLM(enforce_eager=False)``); the
@@ -191,8 +199,9 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
     num_kv_blocks = 2 * batch_size * cdiv(longest, 16)
     on_cpu = next(model.parameters()).device.type == "cpu"
-    llm = LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
-              enforce_eager=enforce_eager or not on_cpu, compile_progress=progress) if "paged_lab" in methods else None
+    llm = (LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
+               enforce_eager=enforce_eager or not on_cpu, compile_progress=progress)
+           if "paged_lab" in methods else None)
     if llm is not None:
         report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
         if llm.compiled is not None:
@@ -224,7 +233,8 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
 
 
 def attention_summary(stats: dict) -> str:
-    """The attention backend that ran, from ``llm.stats()``: "cpu", or "torch (auto fell back 3 times ...)"."""
+    """The attention backend that ran, from ``llm.stats()``: "cpu", or "torch (auto
+    fell back 3 times ...)"."""
     text = stats["attention_backend_ran"] or "none"
     if stats["attention_failures"]:
         failed = ", ".join(f"{name} failed {n} times" for name, n in stats["attention_failures"].items())

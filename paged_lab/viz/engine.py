@@ -47,8 +47,8 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
         if t["num_preempted"]:
             title += f", {t['num_preempted']} preempted"
     touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
-    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events), highlight=touched,
-                            max_arrows_seqs=6, frame=frame_of_log(events, num_blocks),
+    return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
+                            highlight=touched, max_arrows_seqs=6, frame=frame_of_log(events, num_blocks),
                             highlight_name="red: touched in this step")
 
 
@@ -56,7 +56,8 @@ def _blocks(n: int) -> str:
     return f"{n} block" + ("" if n == 1 else "s")
 
 
-def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int, block_size: int) -> str:
+def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int,
+                        block_size: int) -> str:
     """What engine step ``step`` changed in the pool, and why, in one line (from the event log):
     who was admitted, who grew into a new block, who finished and handed blocks back."""
     if not 0 <= step < len(timeline):
@@ -64,7 +65,8 @@ def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], st
     now = [ev for ev in events if ev.clock == step]
     admitted = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))} for its {ev.num_tokens}-token prompt)"
                 for ev in now if ev.kind == "allocate"]
-    grew = [seq_name(ev.seq_id) for ev in now if ev.kind == "append" and ev.num_tokens % block_size == 1 % block_size]
+    grew = [seq_name(ev.seq_id) for ev in now if ev.kind == "append"
+            and ev.num_tokens % block_size == 1 % block_size]
     freed = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))})" for ev in now if ev.kind == "free"]
     t = timeline[step]
     parts = [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode"]
@@ -82,7 +84,8 @@ def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], st
         f"{t['kv_usage']:.0%} of the slots hold tokens"
 
 
-def fig_engine_timeline(timeline: Sequence[Mapping], title: str = "What the engine did, step by step") -> go.Figure:
+def fig_engine_timeline(timeline: Sequence[Mapping],
+                        title: str = "What the engine did, step by step") -> go.Figure:
     """Top: running and waiting sequences per step, preemptions marked. Bottom: KV pool usage (%)."""
     if not timeline:
         raise ValueError("timeline is empty: run llm.generate(...) first")
@@ -95,8 +98,10 @@ def fig_engine_timeline(timeline: Sequence[Mapping], title: str = "What the engi
                              line=dict(shape="hv", color="#ff7f0e")), row=1, col=1)
     pre = [t for t in timeline if t["num_preempted"]]
     if pre:
-        fig.add_trace(go.Scatter(x=[t["step"] for t in pre], y=[t["num_running"] for t in pre], mode="markers",
-                                 name="preemption", marker=dict(symbol="x", size=10, color="#d62728")), row=1, col=1)
+        fig.add_trace(go.Scatter(x=[t["step"] for t in pre], y=[t["num_running"] for t in pre],
+                                 mode="markers",
+                                 name="preemption", marker=dict(symbol="x", size=10, color="#d62728")), row=1,
+                      col=1)
     fig.add_trace(go.Scatter(x=steps, y=[100 * t["kv_usage"] for t in timeline], name="KV used",
                              fill="tozeroy", line=dict(shape="hv", color="#2ca02c")), row=2, col=1)
     fig.update_yaxes(range=[0, 105], row=2, col=1)
@@ -128,13 +133,15 @@ def fig_throughput(tokens_per_s: Mapping[str, float], title: str = "Output token
     names = list(tokens_per_s)
     values = [tokens_per_s[n] for n in names]
     fig = go.Figure(go.Bar(x=names, y=values, text=[f"{v:.1f} tok/s ({v / slowest:.1f}x)" for v in values],
-                           textposition="outside", marker_color=["#1f77b4" if n.startswith("paged_lab") else "#7f7f7f"
+                           textposition="outside",
+                           marker_color=["#1f77b4" if n.startswith("paged_lab") else "#7f7f7f"
                                                                  for n in names]))
     fig.update_layout(title=title, yaxis_title="tokens / s", yaxis_range=[0, max(values) * 1.25], height=360)
     return fig
 
 
-def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predicted (roofline) against measured"
+def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predicted (roofline) "
+                                                        "against measured"
                   ) -> go.Figure:
     """Step time (ms) against the number of sequences in the batch, one colour per context length:
     measured (solid, from ``engine.step_model.measure_decode_steps``) beside predicted (dashed, the
@@ -155,12 +162,15 @@ def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predi
                                  name=f"measured, {ctx} tokens of context", line=dict(color=color),
                                  marker=dict(size=9), legendgroup=str(ctx),
                                  customdata=[r["batch_size"] for r in mine],
-                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms measured<extra></extra>"))
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms "
+                                               "measured<extra></extra>"))
         fig.add_trace(go.Scatter(x=x, y=[1e3 * r["predicted_s"] for r in mine], mode="lines+markers",
                                  name=f"predicted, {ctx} tokens of context", legendgroup=str(ctx),
-                                 line=dict(color=color, dash="dash"), marker=dict(size=7, symbol="circle-open"),
+                                 line=dict(color=color, dash="dash"),
+                                 marker=dict(size=7, symbol="circle-open"),
                                  customdata=[r["batch_size"] for r in mine],
-                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms predicted<extra></extra>"))
+                                 hovertemplate="%{customdata} sequences: %{y:.1f} ms "
+                                               "predicted<extra></extra>"))
     top = max(1e3 * max(r["measured_s"], r["predicted_s"]) for r in rows) * 1.15
     fig.update_xaxes(title_text="sequences in the batch (one decode step)", tickvals=batches,
                      range=[min(batches) - 0.6, max(batches) + 0.6])

@@ -42,16 +42,17 @@ def fig_token_kv(model: str | ModelSpec = "llama-3.2-1b", dtype: str = "bfloat16
     total = spec.kv_bytes_per_token(dtype)
     fig.update_layout(
         title=dict(text=(f"One token of {spec.name} stores 2 × {spec.num_layers} layers × {heads} KV heads × "
-                         f"{spec.head_dim} numbers × {width} B = {total:,} B<br><span style='font-size:13px'>each square: one "
-                         f"KV head's K or V vector in one layer, {vec}</span>"), font=dict(size=15)),
+                         f"{spec.head_dim} numbers × {width} B = {total:,} B<br><span "
+                         "style='font-size:13px'>each square: one KV head's K or V vector in one "
+                         f"layer, {vec}</span>"), font=dict(size=15)),
         height=max(320, 170 + 20 * spec.num_layers),
         yaxis=dict(autorange="reversed", tickfont=dict(size=12), showgrid=False),
         xaxis=dict(side="top", tickfont=dict(size=12), showgrid=False),
         plot_bgcolor="white",
         margin=dict(t=110, b=40, l=80, r=20),
         annotations=[
-            dict(x=(heads - 1) / 2, y=-0.1, xref="x", yref="paper", showarrow=False, font=dict(size=13, color=K_COLOR),
-                 text=f"<b>K</b>: {heads} KV heads"),
+            dict(x=(heads - 1) / 2, y=-0.1, xref="x", yref="paper", showarrow=False,
+                 font=dict(size=13, color=K_COLOR), text=f"<b>K</b>: {heads} KV heads"),
             dict(x=heads + 1 + (heads - 1) / 2, y=-0.1, xref="x", yref="paper", showarrow=False,
                  font=dict(size=13, color=V_COLOR), text=f"<b>V</b>: {heads} KV heads"),
         ],
@@ -85,7 +86,8 @@ def fig_mha_gqa_mqa(model: str | ModelSpec, dtype: str = "bfloat16") -> go.Figur
     return fig
 
 
-def fig_kv_by_model(dtype: str = "bfloat16", context_len: int = 4096, models: Sequence[str] | None = None) -> go.Figure:
+def fig_kv_by_model(dtype: str = "bfloat16", context_len: int = 4096,
+                    models: Sequence[str] | None = None) -> go.Figure:
     """KV cache of one ``context_len``-token sequence for each catalogue model, coloured by attention kind."""
     specs = [get_spec(m) for m in (models or list_specs())]
     mib = [s.kv_bytes(context_len, dtype) / 2**20 for s in specs]
@@ -153,7 +155,8 @@ def fig_kv_vs_gpu(
     top = max(gpu_sizes_gb) * 1.25  # fixed, so bars can be compared while the sliders move
     fig.update_layout(
         barmode="stack",
-        title=f"{spec.name} ({canonical_dtype(dtype)}): {need:,.1f} GB of KV for {num_requests} x {context_len:,} tokens",
+        title=f"{spec.name} ({canonical_dtype(dtype)}): {need:,.1f} GB of KV for {num_requests} x "
+              f"{context_len:,} tokens",
         xaxis_title="GPU memory size",
         yaxis=dict(title="memory (GB)", range=[0, top]),
         height=470,

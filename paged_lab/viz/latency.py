@@ -37,7 +37,8 @@ def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float |
     steps. One line per design, one marker per arrival rate; ``highlight_rate``'s points are ringed.
     ``axes`` fixes the ranges (a playground's, from its sliders' bounds); without, they fit the points."""
     fig = make_subplots(1, 2, horizontal_spacing=0.1,
-                        subplot_titles=("p90 time to first token (steps, log)", "p99 inter-token latency (steps)"))
+                        subplot_titles=("p90 time to first token (steps, log)",
+                                        "p99 inter-token latency (steps)"))
     for design in DESIGNS:
         pts = sorted((p for p in points if p.design == design), key=lambda p: p.rate)
         if not pts:
@@ -52,11 +53,12 @@ def fig_throughput_latency(points: Sequence[CurvePoint], highlight_rate: float |
                                      showlegend=col == 1), row=1, col=col)
         hot = [p for p in pts if highlight_rate is not None and abs(p.rate - highlight_rate) < 1e-9]
         for col, y in ((1, [p.ttft_p90 for p in hot]), (2, [p.itl_p99 for p in hot])):
-            fig.add_trace(go.Scatter(x=[p.tokens_per_step for p in hot], y=y, mode="markers", showlegend=False,
-                                     marker=dict(size=16, color="rgba(0,0,0,0)",
+            fig.add_trace(go.Scatter(x=[p.tokens_per_step for p in hot], y=y, mode="markers",
+                                     showlegend=False, marker=dict(size=16, color="rgba(0,0,0,0)",
                                                  line=dict(color=COLORS[design], width=2)),
                                      legendgroup=design, hoverinfo="skip"), row=1, col=col)
-    fig.update_yaxes(type="log", dtick=1, minor=dict(ticks="", showgrid=False), row=1, col=1)  # 1, 10, 100: labelled ticks only
+    # 1, 10, 100: labelled ticks only
+    fig.update_yaxes(type="log", dtick=1, minor=dict(ticks="", showgrid=False), row=1, col=1)
     fig.update_xaxes(title_text="throughput (output tokens per step)")
     if axes is not None:
         fig.update_xaxes(range=[0, axes.tokens_per_step])
@@ -87,8 +89,8 @@ def _playground_axes(rates: tuple, rate_hi: float, block_sizes: tuple, sizes: tu
 
 
 def latency_playground(rate: float = 0.3, block_size: int = 16, num_requests: int = 150,
-                       rates: Sequence[float] = RATES, bounds: Mapping[str, tuple[float, float]] | None = None,
-                       **kw) -> go.Figure:
+                       rates: Sequence[float] = RATES,
+                       bounds: Mapping[str, tuple[float, float]] | None = None, **kw) -> go.Figure:
     """The sweep at ``rates`` plus the slider's ``rate`` (ringed), for one block size and workload size.
 
     ``bounds`` (``viz.widgets.slider_bounds(controls)``) are the sliders' ranges: the axes are fixed to
@@ -114,35 +116,42 @@ def latency_readout(fig: go.Figure, rate: float, block_size: int, num_requests: 
     if paged.ttft_p90 < contiguous.ttft_p90:
         why = (f"At {rate:g} arrivals per step, paged memory answers first: its p90 time to first token is "
                f"{paged.ttft_p90:.0f} steps against {contiguous.ttft_p90:.0f} (contiguous) and "
-               f"{static.ttft_p90:.0f} (static), because blocks of {block_size} let {paged.peak_running} requests "
-               f"run at once where contiguous reservations capped the batch at {contiguous.peak_running}.")
+               f"{static.ttft_p90:.0f} (static), because blocks of {block_size} let {paged.peak_running} "
+               "requests run at once where contiguous reservations capped the batch at "
+               f"{contiguous.peak_running}.")
     else:
         why = (f"At {rate:g} arrivals per step memory is not the limit: contiguous and paged answer alike "
                f"(p90 time to first token {paged.ttft_p90:.0f} steps), and only static batching, at "
                f"{static.ttft_p90:.0f}, makes requests wait for a whole batch.")
-    rows = {LABELS[d]: {"p90 TTFT (steps)": f"{p.ttft_p90:.0f}", "output tokens per step": f"{p.tokens_per_step:.2f}",
+    rows = {LABELS[d]: {"p90 TTFT (steps)": f"{p.ttft_p90:.0f}",
+                        "output tokens per step": f"{p.tokens_per_step:.2f}",
                         "most running at once": p.peak_running} for d, p in points.items()}
     return [why, table(rows, index="design")]
 
 
 def fig_chunked_prefill(runs, step_time=None, chat: str = "chat0",
-                        title: str = "A long prompt arrives: one big step, or chunks under a token budget") -> go.Figure:
+                        title: str = ("A long prompt arrives: one big step, "
+                                      "or chunks under a token budget")) -> go.Figure:
     """Per budget (``sched.timing.chunked_prefill_runs``): tokens computed per step (top) and the
     gap before each of ``chat``'s tokens in modelled milliseconds (bottom), against the step."""
     from paged_lab.sim.timing import StepTime, step_end_times
 
     step_time = StepTime() if step_time is None else step_time
     fig = make_subplots(2, 1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("tokens computed per step", f"{chat}: time since its previous token (ms)"))
+                        subplot_titles=("tokens computed per step",
+                                        f"{chat}: time since its previous token (ms)"))
     for (budget, r), color in zip(runs.items(), ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")):
         name = "no budget" if budget is None else f"max_num_batched_tokens={budget}"
         t = r.timeline
-        fig.add_trace(go.Scatter(x=t["step"], y=[a + b for a, b in zip(t["prefill_tokens"], t["decode_tokens"])],
-                                 name=name, line=dict(color=color, shape="hv"), legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Scatter(x=t["step"], y=[a + b for a, b in zip(t["prefill_tokens"],
+                                                                       t["decode_tokens"])],
+                                 name=name, line=dict(color=color, shape="hv"), legendgroup=name), row=1,
+                      col=1)
         end = step_end_times(r, step_time)
         steps = next(q["output_steps"] for q in r.requests if q["name"] == chat)
         fig.add_trace(go.Scatter(x=steps[1:], y=[1e3 * (end[b] - end[a]) for a, b in zip(steps, steps[1:])],
-                                 mode="lines+markers", line=dict(color=color), showlegend=False, legendgroup=name),
+                                 mode="lines+markers", line=dict(color=color), showlegend=False,
+                                 legendgroup=name),
                       row=2, col=1)
     fig.update_xaxes(title_text="step", row=2, col=1)
     fig.update_layout(title=title, height=520, margin=dict(t=90, b=40))

@@ -66,7 +66,8 @@ def fig_lockers(panels: Mapping[str, Sequence[tuple[str | None, bool]]], cols: i
                                                                               color=_color(o, owners))))
     if "free" not in listed:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="free", legendrank=len(owners),
-                                 marker=dict(symbol="square", size=12, color=FREE, line=dict(color="#bbbbbb", width=1))))
+                                 marker=dict(symbol="square", size=12, color=FREE,
+                                             line=dict(color="#bbbbbb", width=1))))
     rows = max([rows or 0] + [-(-len(m) // cols) for m in panels.values()])
     for c in range(1, len(labels) + 1):
         fig.update_xaxes(visible=False, range=[-0.7, cols - 0.3], row=1, col=c)
@@ -74,7 +75,8 @@ def fig_lockers(panels: Mapping[str, Sequence[tuple[str | None, bool]]], cols: i
     fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"),
                       height=190 + 34 * rows,
                       margin=dict(t=110, b=10, l=20, r=20), plot_bgcolor="white",
-                      legend=dict(orientation="h", y=-0.02, yanchor="top", title_text="pale = reserved, empty  "))
+                      legend=dict(orientation="h", y=-0.02, yanchor="top",
+                                  title_text="pale = reserved, empty  "))
     return fig
 
 
@@ -165,7 +167,8 @@ def handed_out_breakdown(result: SimResult) -> dict[str, float]:
     return {"tokens": used, "reserved, empty": 100 - used if reserved else 0.0}
 
 
-MEMORY_COLORS = {"tokens": "#2ca02c", "reserved, empty": "#ff7f0e", "holes too small": "#d62728", "free": FREE}
+MEMORY_COLORS = {"tokens": "#2ca02c", "reserved, empty": "#ff7f0e", "holes too small": "#d62728",
+                 "free": FREE}
 SMALL_SHARE = 8.0  # % of a bar: a segment this thin gets its label beside the bar, not inside
 
 
@@ -183,8 +186,10 @@ def fig_memory_bars(results: Mapping[str, SimResult], title: str = "Where the KV
     parts = {lb: (handed_out_breakdown(r) if share_of == "handed out" else waste_breakdown(r))
              for lb, r in results.items()}
     keys = list(parts[labels[0]])
-    fig = go.Figure([go.Bar(x=labels, y=[parts[lb][k] for lb in labels], name=k, marker_color=MEMORY_COLORS[k],
-                            text=[f"{parts[lb][k]:.1f}%" if parts[lb][k] >= SMALL_SHARE else "" for lb in labels],
+    fig = go.Figure([go.Bar(x=labels, y=[parts[lb][k] for lb in labels], name=k,
+                            marker_color=MEMORY_COLORS[k],
+                            text=[f"{parts[lb][k]:.1f}%" if parts[lb][k] >= SMALL_SHARE else ""
+                                  for lb in labels],
                             textposition="inside", insidetextanchor="middle", textfont=dict(size=14),
                             hovertemplate=f"{k}: %{{y:.1f}}%<extra></extra>")
                      for k in keys])
@@ -194,14 +199,15 @@ def fig_memory_bars(results: Mapping[str, SimResult], title: str = "Where the KV
         for k in keys:
             share = parts[lb][k]
             if 0 < share < SMALL_SHARE:
-                notes.append(dict(x=i + 0.42, y=below + share / 2, xref="x", yref="y", text=f"{share:.1f}% {k}",
+                notes.append(dict(x=i + 0.42, y=below + share / 2, xref="x", yref="y",
+                                  text=f"{share:.1f}% {k}",
                                   showarrow=False, xanchor="left", font=dict(size=13)))
             below += share
     fig.update_layout(title=title, barmode="stack", bargap=0.35, height=400, margin=dict(t=90, b=40),
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"),
                       xaxis=dict(range=[-0.5, len(labels) - 0.5 + (0.6 if notes else 0)]),
-                      yaxis=dict(title="% of the slots handed out" if share_of == "handed out" else "% of slot-steps",
-                                 range=[0, 100.5], ticksuffix="%"), annotations=notes)
+                      yaxis=dict(title="% of the slots handed out" if share_of == "handed out"
+                                 else "% of slot-steps", range=[0, 100.5], ticksuffix="%"), annotations=notes)
     return fig
 
 
@@ -253,7 +259,8 @@ def locker_playground(A: int = 9, B: int = 6, C: int = 12, D: int = 8, E: int = 
             "new": label(new, f"Ah-Ye (blocks of {block_size})")}
     most = int((bounds or {}).get("num_slots", (num_slots, num_slots))[1])
     return fig_lockers(panels, cols=12, subtitles=subs, rows=-(-max(most, num_slots) // 12), owners="ABCDEF",
-                       title=f"Round {step + 1}: luggage A-F = {(A, B, C, D, E, F)}, {sum((A, B, C, D, E, F))} in all")
+                       title=f"Round {step + 1}: luggage A-F = {(A, B, C, D, E, F)}, "
+                             f"{sum((A, B, C, D, E, F))} in all")
 
 
 PLAYGROUND_PROMPT, PLAYGROUND_OUTPUT = (16, 64), (8, 64)  # token ranges of the batching playground's requests
@@ -263,7 +270,8 @@ def batching_runs(num_requests: int = 40, windows: int = 8, num_blocks: int = 64
                   seed: int = 0, preemption: str = "recompute"):
     """A uniform workload (prompt 16-64, output 8-64 tokens) under static and continuous batching
     over the same paged pool: ``{"static": SimResult, "continuous": SimResult}``."""
-    wl = workloads.uniform(num_requests, prompt_len=PLAYGROUND_PROMPT, output_len=PLAYGROUND_OUTPUT, seed=seed)
+    wl = workloads.uniform(num_requests, prompt_len=PLAYGROUND_PROMPT, output_len=PLAYGROUND_OUTPUT,
+                           seed=seed)
     return {mode: simulate(wl, paged(num_blocks, block_size),
                            {"max_num_seqs": windows, "mode": mode, "preemption": preemption})
             for mode in ("static", "continuous")}
@@ -271,7 +279,8 @@ def batching_runs(num_requests: int = 40, windows: int = 8, num_blocks: int = 64
 
 MODE_COLORS = {"static": "#ff7f0e", "continuous": "#1f77b4"}
 # Preemption marks: a darker shade and its own symbol per mode, so the two runs' marks never look alike.
-PREEMPT_MARKS = {"static": dict(symbol="x", color="#8c3d00"), "continuous": dict(symbol="diamond", color="#0b3d6b")}
+PREEMPT_MARKS = {"static": dict(symbol="x", color="#8c3d00"),
+                 "continuous": dict(symbol="diamond", color="#0b3d6b")}
 
 
 def nice_ceil(x: float) -> int:
@@ -301,20 +310,22 @@ def batching_playground(num_requests: int = 40, windows: int = 8, num_blocks: in
         t, color = r.timeline, MODE_COLORS[mode]
         x = [100 * (s + 1) / longest for s in t["step"]]
         fig.add_trace(go.Scatter(x=x, y=[100 * n / windows for n in t["running"]],
-                                 name=f"{mode} batching: {r.makespan} steps", line=dict(color=color, shape="hv"),
+                                 name=f"{mode} batching: {r.makespan} steps",
+                                 line=dict(color=color, shape="hv"),
                                  legendgroup=mode, customdata=t["running"],
                                  hovertemplate="%{customdata} running<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=[100 * u for u in t["kv_usage"]], showlegend=False,
                                  line=dict(color=color), legendgroup=mode), row=2, col=1)
         pre = [i for i, p in enumerate(t["preempted"]) if p]
-        fig.add_trace(go.Scatter(x=[x[i] for i in pre], y=[100 * t["kv_usage"][i] for i in pre], mode="markers",
-                                 marker=dict(size=9, **PREEMPT_MARKS[mode]),
+        fig.add_trace(go.Scatter(x=[x[i] for i in pre], y=[100 * t["kv_usage"][i] for i in pre],
+                                 mode="markers", marker=dict(size=9, **PREEMPT_MARKS[mode]),
                                  name=f"{mode}: preemption ({r.summary['num_preemptions']})"),
                       row=2, col=1)
     s, c = runs["static"].summary, runs["continuous"].summary
     rej = f", {s['num_rejected']} rejected (too large for the pool)" if s["num_rejected"] else ""
-    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, a pool of {num_blocks} blocks × {block_size} "
-                             f"tokens<br>static {s['makespan']} vs continuous {c['makespan']} steps{rej}"),
+    fig.update_layout(title=(f"{num_requests} requests, {windows} windows, a pool of {num_blocks} blocks × "
+                             f"{block_size} tokens<br>static {s['makespan']} vs continuous "
+                             f"{c['makespan']} steps{rej}"),
                       height=560, margin=dict(t=115, b=40), legend=dict(orientation="h", y=-0.14))
     # Fixed axes: a slider move changes the curves, not the scale they are read against.
     fig.update_yaxes(range=[0, 105], title_text="% of windows", row=1, col=1)
@@ -360,21 +371,22 @@ def batching_readout(fig: go.Figure | None, num_requests: int, windows: int, num
     t = runs["continuous"].timeline
     squeezed = sum(1 for r, w in zip(t["running"], t["waiting"]) if w and r < windows)
     if s["num_rejected"] == num_requests:
-        return (f"Every one of the {num_requests} requests is larger than the pool ({num_blocks} × {block_size} = "
-                f"{num_blocks * block_size:,} token slots): all are rejected, nothing runs.")
+        return (f"Every one of the {num_requests} requests is larger than the pool ({num_blocks} × "
+                f"{block_size} = {num_blocks * block_size:,} token slots): all are rejected, nothing runs.")
     if s["num_rejected"]:
         text += f"{s['num_rejected']} requests are larger than the whole pool and are rejected. "
     if c["num_preemptions"] or s["num_preemptions"]:
-        text += (f"{pool[0].upper()}{pool[1:]} ran out of blocks as the requests grew: {c['num_preemptions']} preemptions (continuous), "
-                 f"{s['num_preemptions']} (static), each sent back to wait and compute its tokens again.")
+        text += (f"{pool[0].upper()}{pool[1:]} ran out of blocks as the requests grew: "
+                 f"{c['num_preemptions']} preemptions (continuous), {s['num_preemptions']} (static), each "
+                 "sent back to wait and compute its tokens again.")
     elif squeezed:
-        text += (f"{pool[0].upper()}{pool[1:]} limited the batch: in {squeezed} of {c['makespan']} steps requests waited while windows "
-                 f"stood free (at most {c['peak_running']} of {windows} busy), but no running request had to be "
-                 "preempted.")
+        text += (f"{pool[0].upper()}{pool[1:]} limited the batch: in {squeezed} of {c['makespan']} steps "
+                 f"requests waited while windows stood free (at most {c['peak_running']} of {windows} busy), "
+                 "but no running request had to be preempted.")
     elif num_requests <= windows:
         text += (f"With {num_requests} requests for {windows} windows, nobody waited for a window; {pool} "
                  f"was at most {c['peak_kv_usage']:.0%} full.")
     else:
-        text += (f"The {windows} windows limited the batch: all were busy while requests waited, and {pool} was "
-                 f"at most {c['peak_kv_usage']:.0%} full, so no request was preempted.")
+        text += (f"The {windows} windows limited the batch: all were busy while requests waited, and {pool} "
+                 f"was at most {c['peak_kv_usage']:.0%} full, so no request was preempted.")
     return text

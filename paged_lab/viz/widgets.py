@@ -139,12 +139,14 @@ def readout_html(value: Any) -> str:
 
 def _check_args(make_figure, controls, readout, fixed) -> None:
     if not callable(make_figure):
-        raise TypeError(f"make_figure must be a function returning a plotly Figure, got {type(make_figure).__name__}")
+        raise TypeError("make_figure must be a function returning a plotly Figure, got "
+                        f"{type(make_figure).__name__}")
     if not isinstance(controls, Mapping) or not controls:
         raise TypeError("controls must be a non-empty dict {argument name: ipywidgets control}")
     for name, w in controls.items():
         if not (hasattr(w, "value") and hasattr(w, "observe")):
-            raise TypeError(f"controls[{name!r}] must be an ipywidgets control with .value, got {type(w).__name__}")
+            raise TypeError(f"controls[{name!r}] must be an ipywidgets control with .value, got "
+                            f"{type(w).__name__}")
     if readout is not None and not callable(readout):
         raise TypeError(f"readout must be a function (fig, **values) -> str, got {type(readout).__name__}")
     clash = sorted(set(controls) & set(fixed))
@@ -163,7 +165,8 @@ def interactive(
 
     ``readout(fig, **values)`` returns a short text shown under the controls (an HTML widget with
     the class ``paged-lab-readout``), or a list of texts and tables (``readout_html``). Each control
-    is drawn under its label (``labelled``), wide enough for a slider to move one step at a time. By default (and on Colab, where FigureWidget is
+    is drawn under its label (``labelled``), wide enough for a slider to move one step at a time. By default
+    (and on Colab, where FigureWidget is
     unreliable) the figure is re-drawn as a plain figure inside an ``Output`` widget: the front end's
     plotly renderer sizes it to the output's full width. ``use_figure_widget=True`` keeps a plotly
     FigureWidget instead, which plotly 6+ (an anywidget) draws at a fixed 700 px and never resizes.
@@ -193,7 +196,8 @@ def interactive(
 
     def show(fig: go.Figure, redraw: bool = True) -> None:
         values = _values(controls)
-        shown = i18n.figure(fig)  # in the learner's language (paged_lab.viz.i18n); readout and caller get `fig`
+        # in the learner's language (paged_lab.viz.i18n); readout and caller get `fig`
+        shown = i18n.figure(fig)
         if not redraw:  # the FigureWidget was built from this very figure
             pass
         elif use_figure_widget:
@@ -212,7 +216,8 @@ def interactive(
             fig = draw()
             show(fig)
         except Exception as exc:  # a learner's slider combination; keep the last figure, say why
-            readout_w.value = f'<span style="color:#d62728">{html.escape(f"{type(exc).__name__}: {exc}")}</span>'
+            readout_w.value = (f'<span style="color:#d62728">'
+                               f'{html.escape(f"{type(exc).__name__}: {exc}")}</span>')
             return None
         return fig
 

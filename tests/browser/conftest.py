@@ -132,7 +132,8 @@ def lab_server(tmp_path_factory) -> LabServer:
         except OSError:
             if time.monotonic() > deadline:
                 process.kill()
-                pytest.fail(f"JupyterLab did not answer on {server.url} within 90 s:\n{log.read_text()[-3000:]}")
+                pytest.fail(f"JupyterLab did not answer on {server.url} within 90 s:\n"
+                            f"{log.read_text()[-3000:]}")
             time.sleep(0.5)
     yield server
     process.terminate()

@@ -27,7 +27,8 @@ def notebooks_dir() -> Path:
 PANEL_READY = """() => {
   const app = window.jupyterapp;
   const panel = app && app.shell.currentWidget;
-  const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const kernel = panel && panel.sessionContext && panel.sessionContext.session && \
+panel.sessionContext.session.kernel;
   return !!(kernel && kernel.connectionStatus === 'connected' && kernel.status === 'idle'
             && panel.content && panel.content.widgets.length > 0);
 }"""
@@ -37,7 +38,8 @@ FEEDBACK_TEXT = "(fb) => fb.innerText.trim()"
 
 def _changed(page, feedback, before: str) -> str:
     """The feedback text once the kernel has answered (it differs from ``before`` and is not empty)."""
-    page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && ({FEEDBACK_TEXT})(fb) !== ''",
+    page.wait_for_function(f"([fb, before]) => ({FEEDBACK_TEXT})(fb) !== before && "
+                           f"({FEEDBACK_TEXT})(fb) !== ''",
                            arg=[feedback.element_handle(), before], timeout=20_000, polling=100)
     return feedback.evaluate(FEEDBACK_TEXT)
 

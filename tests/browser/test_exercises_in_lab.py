@@ -60,11 +60,13 @@ RUN_CELL = """async (i) => {
   await app.commands.execute('notebook:run-cell');
   const cell = panel.content.widgets[i];
   return {count: cell.model.executionCount,
-          errors: cell.model.outputs.toJSON().filter((o) => o.output_type === 'error').map((o) => o.ename + ': ' + o.evalue)};
+          errors: cell.model.outputs.toJSON().filter((o) => o.output_type === 'error').map((o) => \
+o.ename + ': ' + o.evalue)};
 }"""
 
 FEEDBACK = """(i) => {
-  const node = window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector('.paged-lab-check');
+  const node = \
+window.jupyterapp.shell.currentWidget.content.widgets[i].node.querySelector('.paged-lab-check');
   return node ? {passed: node.dataset.passed, text: node.innerText} : null;
 }"""
 

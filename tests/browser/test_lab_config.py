@@ -17,13 +17,15 @@ pytestmark = pytest.mark.browser
 def _put(server, path: str, nb) -> None:
     body = json.dumps({"type": "notebook", "format": "json", "content": nb}).encode()
     req = urllib.request.Request(f"{server.url}/api/contents/{path}", data=body, method="PUT",
-                                 headers={"Authorization": f"token {server.token}", "Content-Type": "application/json"})
+                                 headers={"Authorization": f"token {server.token}",
+                                          "Content-Type": "application/json"})
     urllib.request.urlopen(req, timeout=10).read()
 
 
 def _ran() -> dict:
     nb = nbformat.v4.new_notebook()
-    cell = nbformat.v4.new_code_cell("1 + 1", execution_count=1, metadata={"execution": {"iopub.status.busy": "x"}})
+    cell = nbformat.v4.new_code_cell("1 + 1", execution_count=1,
+                                     metadata={"execution": {"iopub.status.busy": "x"}})
     cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "2"}, execution_count=1)]
     nb.cells = [cell]
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}

@@ -12,7 +12,8 @@ automatically), at 1440 x 900, the test
   while the figure keeps its size, its plot area and every axis range (a playground holds still);
   and, before and after the moves, that the figure spans the output area's width, its title is
   drawn whole (not clipped) and no block label is covered;
-- in at least one quiz per series notebook (``paged_lab.classroom.quiz``, found by its ``paged-lab-quiz`` box),
+- in at least one quiz per series notebook (``paged_lab.classroom.quiz``, found by its
+  ``paged-lab-quiz`` box),
   clicks one wrong and one right choice and checks what the learner is told after each;
 - measures the run's wall time and the kernel's peak memory and fails above the notebook's budget
   (the same limits as ``scripts/measure_notebooks.py``); the figures go to ``budget.json``.
@@ -41,11 +42,13 @@ pytestmark = pytest.mark.browser
 NOTEBOOKS = budget.discover(notebooks_dir())
 TWINS = budget.discover(notebooks_dir() / "zh-TW")
 # What a quiz says after a right and a wrong pick, and how it names a pick, per edition.
-# What the quiz's feedback starts with, per edition (paged_lab.classroom.quiz; the zh-TW words from locale/zh-TW.json).
+# What the quiz's feedback starts with, per edition (paged_lab.classroom.quiz; the zh-TW
+# words from locale/zh-TW.json).
 QUIZ_MARKS = {
     "en": {"right": "✓ Right", "wrong": "✗ Not quite", "low": "✗ Too low", "high": "✗ Too high",
            "nan": "✗ Not a number"},
-    "zh-TW": {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了", "nan": "✗ 不是數字"},
+    "zh-TW": {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了",
+              "nan": "✗ 不是數字"},
 }
 MIN_TRACK_PX = 200  # a slider's track at 1440 px: a learner can move it one value at a time
 
@@ -89,7 +92,8 @@ REPORT = """() => {
         .filter((t) => /Error displaying widget|Failed to load (model|view) class/.test(t))),
     plots: plots.map((p) => ({traces: (p.data || []).length,
       // marks plotly drew: cartesian traces, heatmap images, pie slices, tables
-      drawn: p.querySelectorAll('.main-svg .trace, .main-svg .hm, .main-svg .slice, .main-svg .table').length})),
+      drawn: \
+p.querySelectorAll('.main-svg .trace, .main-svg .hm, .main-svg .slice, .main-svg .table').length})),
     readouts: root.querySelectorAll('.paged-lab-readout').length,
     // kernel-side span of the run (recordTiming): first cell busy -> last cell idle, in ms
     kernelMs: (() => {
@@ -170,13 +174,16 @@ COVERED = """(plot) => {
   if (!names.includes('pool')) return null;
   const shapes = (plot._fullLayout && plot._fullLayout.shapes) || [];
   const drawn = {};
-  plot.querySelectorAll('.shapelayer path[data-index]').forEach((e) => { drawn[e.getAttribute('data-index')] = e; });
+  plot.querySelectorAll('.shapelayer path[data-index]').forEach((e) => { \
+drawn[e.getAttribute('data-index')] = e; });
   const rgb = (c) => { const x = document.createElement('canvas').getContext('2d'); x.fillStyle = c;
     const h = x.fillStyle; return h.startsWith('#') ? [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16))
       : h.match(/[0-9.]+/g).slice(0, 3).map(Number); };
-  const lum = (c) => { const v = rgb(c).map((u) => { u /= 255; return u <= 0.03928 ? u / 12.92 : ((u + 0.055) / 1.055) ** 2.4; });
+  const lum = (c) => { const v = rgb(c).map((u) => { u /= 255; return u <= 0.03928 ? u / 12.92 : \
+((u + 0.055) / 1.055) ** 2.4; });
     return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
-  const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const contrast = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); \
+return (x + 0.05) / (y + 0.05); };
   const fills = shapes.map((s, i) => [s, drawn[i]]).filter(([s, e]) => s.name === 'fill' && e)
     .map(([s, e]) => Object.assign(e.getBoundingClientRect().toJSON(), {color: s.fillcolor}));
   const traces = plot.querySelectorAll('.scatterlayer .trace');
@@ -191,7 +198,8 @@ COVERED = """(plot) => {
       fills.forEach((f) => {
         const meet = Math.min(a.right, f.right) - Math.max(a.left, f.left) > 1
                   && Math.min(a.bottom, f.bottom) - Math.max(a.top, f.top) > 1;
-        const inside = a.left >= f.left - 1 && a.right <= f.right + 1 && a.top >= f.top - 1 && a.bottom <= f.bottom + 1;
+        const inside = a.left >= f.left - 1 && a.right <= f.right + 1 && a.top >= f.top - 1 && \
+a.bottom <= f.bottom + 1;
         if (meet && !inside) problems.push(`${name} label "${t.textContent}" is partly under a fill`);
         const ink = getComputedStyle(t).fill;
         if (inside && contrast(ink, f.color) < 3)
@@ -214,9 +222,11 @@ def _check_fits(box, where: str) -> None:
         f"(at least {MIN_WIDTH_SHARE:.0%} expected)")
     t = g["title"]
     if t is not None:
-        inside = t["left"] >= fig["left"] - 1 and t["right"] <= fig["right"] + 1 and t["top"] >= fig["top"] - 1
-        assert inside, (f"{where}: the title {t['text']!r} is clipped: it spans x {t['left']:.0f}-{t['right']:.0f}, "
-                        f"top {t['top']:.0f}, in a figure at x {fig['left']:.0f}-{fig['right']:.0f}, top {fig['top']:.0f}")
+        inside = (t["left"] >= fig["left"] - 1 and t["right"] <= fig["right"] + 1
+                  and t["top"] >= fig["top"] - 1)
+        assert inside, (f"{where}: the title {t['text']!r} is clipped: it spans x "
+                        f"{t['left']:.0f}-{t['right']:.0f}, top {t['top']:.0f}, in a figure at x "
+                        f"{fig['left']:.0f}-{fig['right']:.0f}, top {fig['top']:.0f}")
 
 
 def _kernel_pid(kernel_id: str) -> int:
@@ -241,7 +251,8 @@ def test_series_is_not_empty():
 def _covered_labels(page, where: str, scope: str = ".jp-NotebookPanel") -> int:
     """Assert no block figure under ``scope`` has a label partly under a fill; returns the labels seen."""
     seen = 0
-    for i, found in enumerate(page.locator(f"{scope} .js-plotly-plot").evaluate_all(f"(ps) => ps.map({COVERED})")):
+    for i, found in enumerate(page.locator(f"{scope} .js-plotly-plot").evaluate_all(
+        f"(ps) => ps.map({COVERED})")):
         if found is None:
             continue
         assert not found["problems"], f"{where}, block figure {i}: " + "; ".join(found["problems"])
@@ -338,7 +349,8 @@ def _run_and_check(page, path, artifacts_dir, record: bool, lang: str = "en") ->
     # Every figure the notebook shows is drawn, with data.
     expected_plots = sum(c["plotly"] for c in report["cells"])
     page.wait_for_function(
-        f"() => document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot .main-svg').length >= {expected_plots}",
+        "() => document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot .main-svg').length >= "
+        f"{expected_plots}",
         timeout=30_000,
     )
     report = page.evaluate(REPORT)
@@ -347,7 +359,8 @@ def _run_and_check(page, path, artifacts_dir, record: bool, lang: str = "en") ->
     _covered_labels(page, f"{stem}")
 
     _move_sliders(page, path, artifacts_dir, stem)
-    _answer_a_quiz(page, path, artifacts_dir, required=record and not path.name.startswith("00_"), lang=lang, stem=stem)
+    _answer_a_quiz(page, path, artifacts_dir, required=record and not path.name.startswith("00_"), lang=lang,
+                   stem=stem)
     assert not measured.problems(), "; ".join(measured.problems())
 
 
@@ -402,7 +415,8 @@ def _check_tracks(box, where: str) -> list[dict]:
         assert t["track"] >= MIN_TRACK_PX, (
             f"{where}: the slider {t['label']!r} has a {t['track']:.0f} px track (at least {MIN_TRACK_PX} px "
             "at 1440 px wide: a drag should move a value at a time)")
-        assert t["whole"] and t["clear"], f"{where}: the slider label {t['label']!r} is clipped or under the track: {t}"
+        assert t["whole"] and t["clear"], (f"{where}: the slider label {t['label']!r} is clipped or "
+                                           f"under the track: {t}")
     return tracks
 
 
@@ -424,15 +438,18 @@ def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
         for h in range(handles.count()):
             handle, before = handles.nth(h), box.evaluate(SNAPSHOT)
             frame = box.evaluate(FRAME)
-            now, top = float(handle.get_attribute("aria-valuenow")), float(handle.get_attribute("aria-valuemax"))
+            now, top = float(handle.get_attribute("aria-valuenow")), float(handle.get_attribute(
+                "aria-valuemax"))
             handle.focus()
             handle.press("ArrowLeft" if now >= top else "ArrowRight")
             after = _after_change(page, box, before, has_readout)
             label = tracks[h]["label"]
-            moves.append((f"slider {label!r}", after["figure"] != before["figure"], after["readout"] != before["readout"]))
+            moves.append((f"slider {label!r}", after["figure"] != before["figure"],
+                          after["readout"] != before["readout"]))
             moved = box.evaluate(FRAME)
-            assert _close(frame, moved), (f"{where}: moving the slider {label!r} changed the figure's size or axes "
-                                          f"(a playground holds still):\nbefore {frame}\nafter  {moved}")
+            assert _close(frame, moved), (f"{where}: moving the slider {label!r} changed the figure's size "
+                                          "or axes (a playground holds still):\nbefore "
+                                          f"{frame}\nafter  {moved}")
             _covered_labels(page, f"{where}, after moving {label!r}", scope=".jp-NotebookPanel")
         selects = box.locator(".widget-dropdown select")
         for d in range(selects.count()):
@@ -444,7 +461,8 @@ def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
             after = _after_change(page, box, before, has_readout)
             label = select.locator("xpath=ancestor::*[contains(@class, 'paged-lab-control')][1]").locator(
                 ".paged-lab-label").inner_text().strip()
-            moves.append((f"dropdown {label!r}", after["figure"] != before["figure"], after["readout"] != before["readout"]))
+            moves.append((f"dropdown {label!r}", after["figure"] != before["figure"],
+                          after["readout"] != before["readout"]))
         box.screenshot(path=str(artifacts_dir / f"{stem}-box{b}.png"))
 
         _check_fits(box, where + " (after the moves)")
@@ -460,7 +478,8 @@ def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
             assert any(text for _, _, text in moves), f"{where}: no control updated the readout"
 
 
-def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en", stem: str | None = None) -> None:
+def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en",
+                   stem: str | None = None) -> None:
     """In the notebook's first quiz: click choices of its first multiple choice in order until one pick
     was wrong and one right, and read what each said; then answer its first number box."""
     marks, stem = QUIZ_MARKS[lang], stem or path.stem
@@ -473,7 +492,8 @@ def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en", 
     check_a_choice_question(page, quiz, marks, artifacts_dir / f"{stem}-quiz.png", path.name)
     numbers = quiz.locator(".paged-lab-quiz-number")
     if not numbers.count():
-        assert not required, f"{path.name}: the quiz asks for no number (a paged_lab.classroom.quiz.NumberQuestion)"
+        assert not required, (f"{path.name}: the quiz asks for no number (a "
+                              "paged_lab.classroom.quiz.NumberQuestion)")
         return
     box = numbers.first
     box.scroll_into_view_if_needed()
@@ -481,11 +501,13 @@ def _answer_a_quiz(page, path, artifacts_dir, required: bool, lang: str = "en", 
     box.screenshot(path=str(artifacts_dir / f"{stem}-quiz-number.png"))
     assert any(text.startswith(marks["low"]) for _, text in said) or len(said) == 2, said
     right = said[-1][1]
-    assert len(right) > len(marks["right"]) + 2 + len(said[-1][0]) + 20, f"{path.name}: no explanation after a right number"
+    assert len(right) > len(marks["right"]) + 2 + len(said[-1][0]) + 20, (f"{path.name}: no explanation "
+        "after a right number")
 
 
 def check_a_choice_question(page, quiz, marks: dict[str, str], shot, where: str) -> dict:
-    """Pick a wrong and a right choice of the quiz's first multiple choice; each says why. Returns what they said."""
+    """Pick a wrong and a right choice of the quiz's first multiple choice; each says why.
+    Returns what they said."""
     question = quiz.locator(".paged-lab-quiz-choice").first
     question.scroll_into_view_if_needed()
     feedback = question.locator(".paged-lab-quiz-feedback").first
@@ -495,10 +517,13 @@ def check_a_choice_question(page, quiz, marks: dict[str, str], shot, where: str)
     (wrong, wrong_text), (right, right_text) = seen["wrong"], seen["right"]
     choice = buttons.nth(right).locator("xpath=following-sibling::*[1]").inner_text().strip()
     letter = "abcdefgh"[wrong]
-    assert f"({letter})" in wrong_text or f"（{letter}）" in wrong_text, f"{where}: a wrong pick should name the pick: {wrong_text!r}"
-    assert len(wrong_text) > len(marks["wrong"]) + 40, f"{where}: a wrong pick should say why it is wrong: {wrong_text!r}"
+    assert f"({letter})" in wrong_text or f"（{letter}）" in wrong_text, (f"{where}: a wrong pick should "
+        f"name the pick: {wrong_text!r}")
+    assert len(wrong_text) > len(marks["wrong"]) + 40, (f"{where}: a wrong pick should say why it is "
+                                                        f"wrong: {wrong_text!r}")
     assert choice and choice in right_text, f"{where}: the right pick should repeat the answer {choice!r}"
-    assert len(right_text) > len(marks["right"]) + len(choice) + 20, f"{where}: no explanation after a right pick"
+    assert len(right_text) > len(marks["right"]) + len(choice) + 20, (f"{where}: no explanation "
+                                                                      "after a right pick")
     assert choice not in wrong_text, f"{where}: a wrong pick gave the answer away"
     assert "mod-danger" in (buttons.nth(wrong).get_attribute("class") or "")
     assert "mod-success" in (buttons.nth(right).get_attribute("class") or "")

@@ -21,15 +21,18 @@ def bars(n):
     return go.Figure(go.Bar(x=list("abcdef")[:n], y=list(range(1, n + 1))), layout_title_text=f"{n} bars")
 
 go.Figure(go.Scatter(y=[3, 1, 2]), layout_title_text="a plain figure").show()
-interactive(bars, {"n": W.IntSlider(value=4, min=1, max=6, description="bars")}, readout=lambda fig, n: f"{n} bars drawn")"""
+interactive(bars, {"n": W.IntSlider(value=4, min=1, max=6, description="bars")}, readout=lambda fig, n: \
+f"{n} bars drawn")"""
 
 QUIZ = """from paged_lab.kv_math import plan_capacity
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz
 
 Quiz([Question("How many bars are drawn at first?", [Choice("4", "The slider starts at 4."),
-                                                     Choice("6", "The slider goes up to 6; it starts lower.")], 0),
+                                                     Choice("6", \
+"The slider goes up to 6; it starts lower.")], 0),
       NumberQuestion("How many bars can the slider draw at most?", answer=6, source=plan_capacity,
-                     explanation="Its max is 6.", too_low="Look at its max.", too_high="Look at its max.")])"""
+                     explanation="Its max is 6.", too_low="Look at its max.", \
+too_high="Look at its max.")])"""
 
 
 def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
@@ -49,7 +52,8 @@ def test_static_page_draws_figures_and_keeps_widget_state(tmp_path, browser):
     page = browser.new_page()
     page.goto(page_path.as_uri(), wait_until="load")
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg .trace').length >= 2")
-    titles = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map((p) => p.layout.title.text)")
+    titles = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map((p) => "
+                           "p.layout.title.text)")
     assert "a plain figure" in titles
     static = page.locator(".paged-lab-static")
     assert static.count() == 1

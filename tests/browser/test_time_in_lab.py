@@ -58,7 +58,8 @@ def test_time_section_draws_the_curve_and_its_sliders_redraw_it(lab_server, page
         # the section's figure and the playground's: 3 designs x 2 panels, plus the ringed points
         assert all(c["traces"] >= 6 and c["drawn"] >= 6 for c in curves), curves
 
-        box = page.locator(".jp-NotebookPanel .paged-lab-readout", has_text="arrivals per step").locator("xpath=..")
+        box = page.locator(".jp-NotebookPanel .paged-lab-readout",
+                           has_text="arrivals per step").locator("xpath=..")
         box.scroll_into_view_if_needed()
         handles = box.locator(".noUi-handle")
         assert handles.count() == 3  # rate, block_size, requests

@@ -71,12 +71,14 @@ def _run_and_check(page, path, artifacts_dir) -> None:
     measured = budget.Measurement(f"zh-TW/{path.name}", seconds, budget.peak_rss_bytes(pid))
 
     errors = [f"cell {c['index']}: {e}" for c in report["cells"] for e in c["errors"]]
-    assert not errors, "the zh-TW notebook shows errors (the last cell lists untranslated text):\n" + "\n".join(errors)
+    assert not errors, ("the zh-TW notebook shows errors (the last cell lists untranslated text):\n"
+                        + "\n".join(errors))
     assert page.evaluate("() => window.__runAll").get("ok") is True
     assert not report["widgetErrors"], report["widgetErrors"]
     expected = sum(c["plotly"] for c in report["cells"])
     page.wait_for_function(
-        f"() => document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot .main-svg').length >= {expected}",
+        "() => document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot "
+        f".main-svg').length >= {expected}",
         timeout=30_000)
     report = page.evaluate(REPORT)
     assert report["plots"] and all(p["traces"] and p["drawn"] for p in report["plots"]), report["plots"]
@@ -113,7 +115,8 @@ def _move_a_slider(page, artifacts_dir) -> None:
     box.screenshot(path=str(artifacts_dir / "zh-TW-02-box0.png"))
 
 
-ZH_MARKS = {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了", "nan": "✗ 不是數字"}
+ZH_MARKS = {"right": "✓ 答對了", "wrong": "✗ 不太對", "low": "✗ 太小了", "high": "✗ 太大了",
+            "nan": "✗ 不是數字"}
 
 
 def _answer_the_quiz(page, artifacts_dir) -> None:

@@ -20,46 +20,50 @@ def quiz(*, rounds: list[int], windows: int, static_makespan: int, continuous_ma
     chunks = [n for n in run.timeline["prefill_tokens"] if n]
     full = long_prompt // budget
     longest = max(rounds)
-    recompute, cached, swap = (extra_prefill[k] for k in ("recompute", "recompute, prefix caching on", "swap"))
+    recompute, cached, swap = (extra_prefill[k] for k in ("recompute", "recompute, prefix caching on",
+                                                          "swap"))
 
     return Quiz([
         Question(
             "With a single window, how many rounds do the six travellers take?",
             [Choice(f"{static_makespan} static, {continuous_makespan} continuous",
-                    f"That is the run with {windows} windows. With one window nobody can overlap, so there is "
-                    "no idle window to refill: both modes serve the travellers one after another."),
+                    f"That is the run with {windows} windows. With one window nobody can overlap, so there "
+                    "is no idle window to refill: both modes serve the travellers one after another."),
              Choice(f"{longest}",
-                    f"{longest} rounds is what A alone needs. With one window nobody runs beside A: everyone's "
-                    "rounds add up."),
+                    f"{longest} rounds is what A alone needs. With one window nobody runs beside A: "
+                    "everyone's rounds add up."),
              Choice(f"{one_window} in both modes",
-                    f"{' + '.join(str(n) for n in rounds)} = {one_window}: with one window nobody can overlap, so "
-                    "there is no idle window to refill, and static and continuous batching do the same thing.")],
+                    f"{' + '.join(str(n) for n in rounds)} = {one_window}: with one window nobody can "
+                    "overlap, so there is no idle window to refill, and static and continuous batching "
+                    "do the same thing.")],
             answer=2,
         ),
         Question(
             f"If every traveller needed exactly {even_rounds} rounds, would continuous batching still win?",
             [Choice(f"Yes: {continuous_makespan} rounds against {static_makespan}",
-                    f"That is the story's own workload, where A needs {longest} rounds and the others fewer. With "
-                    "equal lengths a static batch finishes together and leaves no window idle."),
+                    f"That is the story's own workload, where A needs {longest} rounds and the others fewer. "
+                    "With equal lengths a static batch finishes together and leaves no window idle."),
              Choice(f"No: {even_makespan} rounds either way",
-                    "Batches of equal-length requests finish together, so static batching never leaves a window "
-                    "idle; continuous batching wins when lengths differ, which in chat traffic they do.")],
+                    "Batches of equal-length requests finish together, so static batching never leaves a "
+                    "window idle; continuous batching wins when lengths differ, which in chat "
+                    "traffic they do.")],
             answer=1,
         ),
         Question(
-            f"In section 3, preemption by recompute computed {recompute} prompt and output tokens a second time. "
-            "What does vLLM V1 do when a running request cannot get a block?",
+            f"In section 3, preemption by recompute computed {recompute} prompt and output tokens a second "
+            "time. What does vLLM V1 do when a running request cannot get a block?",
             [Choice("Recompute only, finding its own freed full blocks in the prefix cache",
-                    f"V1 dropped swap. Freed blocks keep their content until they are handed out, so with prefix "
-                    f"caching on the same run recomputes {cached} tokens instead of {recompute}. Swap (V0) "
-                    f"computed {swap} twice but copies blocks to the CPU and back."),
+                    "V1 dropped swap. Freed blocks keep their content until they are handed out, so with "
+                    f"prefix caching on the same run recomputes {cached} tokens instead of {recompute}. Swap "
+                    f"(V0) computed {swap} twice but copies blocks to the CPU and back."),
              Choice("Swap its blocks to CPU memory, so that nothing is computed twice",
-                    f"That is V0's other way, and vLLM V1 removed it: swap computed {swap} tokens twice here, but "
-                    "copies blocks to the CPU and back over PCIe."),
+                    f"That is V0's other way, and vLLM V1 removed it: swap computed {swap} tokens twice "
+                    "here, but copies blocks to the CPU and back over PCIe."),
              Choice("Reject the request with an out-of-memory error",
                     "No request is turned away or lost: the scheduler preempts a running request so that the "
                     "others keep going, and the victim runs again later with all its tokens."),
-             Choice("Preempt the oldest running request, since it holds the most blocks and frees the most memory",
+             Choice("Preempt the oldest running request, since it holds the most blocks and "
+                    "frees the most memory",
                     "The scheduler preempts the most recently admitted running request, so the oldest always "
                     "makes progress and nobody deadlocks.")],
             answer=0,
@@ -71,19 +75,19 @@ def quiz(*, rounds: list[int], windows: int, static_makespan: int, continuous_ma
             answer=len(chunks), source=simulate,
             explanation=f"{' + '.join(str(c) for c in chunks)} = {long_prompt}: ⌈{long_prompt} / {budget}⌉ = "
                         f"{len(chunks)} steps. The Scheduler splits the prompt over steps (chunked prefill), "
-                        f"{budget} tokens at most per step, so one long prompt cannot stall everyone's decode. "
-                        "(vLLM V1 also allocates the prompt's blocks chunk by chunk, as it is computed; the paper's "
-                        "rule allocated them all at admission.)",
+                        f"{budget} tokens at most per step, so one long prompt cannot stall everyone's "
+                        "decode. (vLLM V1 also allocates the prompt's blocks chunk by chunk, as it is "
+                        "computed; the paper's rule allocated them all at admission.)",
             too_low=f"Each step computes at most {budget} prompt tokens: count the steps until all "
                     f"{long_prompt} are done, the last one partly filled.",
-            too_high=f"Prefill is not one token per step: each step computes as many prompt tokens as the budget "
-                     f"allows, {budget}.",
+            too_high="Prefill is not one token per step: each step computes as many prompt tokens as the "
+                     f"budget allows, {budget}.",
             mistakes=distinct_mistakes(len(chunks), [
-                (full, f"{full} steps of {budget} cover only {full * budget} of the {long_prompt} tokens: the "
-                       "rest need a step of their own."),
+                (full, f"{full} steps of {budget} cover only {full * budget} of the {long_prompt} tokens: "
+                       "the rest need a step of their own."),
                 (1, f"One step would hold all {long_prompt} tokens; the budget allows {budget} per step."),
-                (long_prompt, "Decode computes one token per step; prefill computes as many prompt tokens as the "
-                              "budget allows."),
+                (long_prompt, "Decode computes one token per step; prefill computes as many prompt tokens as "
+                              "the budget allows."),
             ]),
             design="V1",
         ),
@@ -96,8 +100,8 @@ def quiz(*, rounds: list[int], windows: int, static_makespan: int, continuous_ma
                     "decides."),
              Choice(f"{reserved_peak} with reservations, {paged_peak} with paging",
                     f"Each admitted request blocks its reservation at once: {mem_slots:,} // {mem_reserve} = "
-                    f"{reserved_peak}, however short the requests are, so the free windows have no memory to hand "
-                    f"out. Paging fills all {paged_peak}."),
+                    f"{reserved_peak}, however short the requests are, so the free windows have no memory to "
+                    f"hand out. Paging fills all {paged_peak}."),
              Choice(f"{reserved_peak} either way: the memory is the same",
                     "The memory is the same, but paging hands out blocks as tokens arrive, so memory holds "
                     "tokens rather than promises and every window can be busy.")],
