@@ -69,7 +69,8 @@ def _is_type_checking_block(node: ast.AST) -> bool:
 def graph() -> dict[str, set[str]]:
     modules = _modules()
     names = set(modules)
-    return {name: {m for m in imports_of(p, names) if m in modules and m != name} for name, p in modules.items()}
+    return {name: {m for m in imports_of(p, names) if m in modules and m != name}
+            for name, p in modules.items()}
 
 
 def room(module: str) -> str:
