@@ -34,7 +34,8 @@ from pathlib import Path
 PARTS = ("kernels", "bandwidth", "identity", "throughput")
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("gpu_check.py needs a CUDA GPU and none is visible here (torch.cuda.is_available() is False): "
-          "nothing was run or measured. Run it on a GPU machine; on this one, `make test` checks the code.")  # fmt: skip
+          "nothing was run or measured. Run it on a GPU machine; "
+          "on this one, `make test` checks the code.")  # fmt: skip
 TARGETS = {  # what issue 15 asks for
     "bandwidth": ">= 70% of peak HBM bandwidth at 4,096-token contexts with batch >= 32",
     "vs_sdpa": "decode <= 1.25x torch SDPA on a contiguous cache",
@@ -118,8 +119,8 @@ def check_kernels(args) -> list[Result]:
                                device="cuda")
             pargs = (qp, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, head_dim**-0.5)
             err = (paged_attention_prefill(*pargs, backend="triton").float()
-                   - paged_attention_prefill(*pargs,
-                                             backend="reference").float()).abs().max().item()  # fmt: skip
+                   - paged_attention_prefill(*pargs, backend="reference").float()
+                   ).abs().max().item()  # fmt: skip
             _record(worst, failures, "prefill", dtype, err, tol[dtype], block_size, group)
             k, v = torch.randn(2, 9, 2, head_dim, generator=g).to(dtype).cuda()
             slots = torch.randperm(kv.k_cache.shape[0] * block_size, generator=g)[:9].to(torch.int32).cuda()
@@ -242,8 +243,7 @@ def check_throughput(args, loaded) -> list[Result]:
 
     model, tok, spec, dtype = loaded
     report = bench.run_bench(repeats=2, batch_size=16, num_requests=args.requests, num_long=8,
-                             long_tokens=256,
-                             methods=("paged_lab", "hf_static"), progress=False,
+                             long_tokens=256, methods=("paged_lab", "hf_static"), progress=False,
                              loaded=(model, tok, spec))  # fmt: skip
     print(bench.format_report(report))
     ratio = report.ratio("paged_lab", "hf_static")
@@ -272,7 +272,8 @@ def environment() -> dict:
             env[name] = f"unavailable ({type(e).__name__})"
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        env["gpu"] = f"{torch.cuda.get_device_name()} (sm_{major}{minor}, {torch.cuda.device_count()} visible)"
+        env["gpu"] = (f"{torch.cuda.get_device_name()} "
+                      f"(sm_{major}{minor}, {torch.cuda.device_count()} visible)")
     return env
 
 

@@ -90,8 +90,8 @@ def test_the_forward_reads_nothing_back_from_the_device(monkeypatch):
     reads = []
     for name in ("item", "tolist", "__int__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name,
-                            _r=real: reads.append(_n) or _r(self, *a))
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda self, *a, _n=name, _r=real: reads.append(_n) or _r(self, *a))
     llm.run_model(batch)
     monkeypatch.undo()
     assert reads == []
@@ -151,9 +151,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_shows_in_stats(mon
     import dataclasses
 
     real = dispatch._candidates
-    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc,
-                        q=None: ["reference", "torch"] if b == "auto"
-                        else real(b, kc, vc, q))
+    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: (
+        ["reference", "torch"] if b == "auto" else real(b, kc, vc, q)))
     calls = []
 
     def broken(*args, **kwargs):

@@ -49,8 +49,8 @@ def _tensors_off_device(source: str) -> list[str]:
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
         # tl.arange: device code
         in_kernel = isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "tl"
-        if name in CONSTRUCTORS and not in_kernel and id(n) not in moved and not any(k.arg == "device"
-                                                                                     for k in n.keywords):
+        if (name in CONSTRUCTORS and not in_kernel and id(n) not in moved
+                and not any(k.arg == "device" for k in n.keywords)):
             bad.append(ast.unparse(n)[:80])
     return bad
 
@@ -200,7 +200,8 @@ def test_peak_bandwidth_matches_gpu_names_exactly():
     assert bench.peak_gbs_for_name("NVIDIA A100-SXM4-64GB") is None  # unknown A100: no A10 fallback
     assert bench.peak_gbs_for_name("Tesla T4") == 320
     assert bench.peak_gbs_for_name("NVIDIA GeForce RTX 4090") == 1008
-    assert bench.peak_gbs_for_name("NVIDIA H100 PCIe") == 2000 and bench.peak_gbs_for_name("NVIDIA H200") == 4800
+    assert (bench.peak_gbs_for_name("NVIDIA H100 PCIe") == 2000
+            and bench.peak_gbs_for_name("NVIDIA H200") == 4800)
     assert bench.peak_gbs_for_name("NVIDIA L40S") == 864 and bench.peak_gbs_for_name("NVIDIA L4") == 300
 
 

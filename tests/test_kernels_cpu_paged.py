@@ -101,8 +101,8 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
     g = torch.Generator().manual_seed(seed + 1)
     S, H = len(lens), num_kv_heads * group
     q = torch.randn(S, H, head_dim, generator=g)  # [num_seqs, heads, d]
-    k, v = torch.randn(S, num_kv_heads, head_dim, generator=g), torch.randn(S, num_kv_heads, head_dim,
-                                                                            generator=g)
+    k, v = (torch.randn(S, num_kv_heads, head_dim, generator=g),
+            torch.randn(S, num_kv_heads, head_dim, generator=g))
     slots = _slots_of_last_tokens(kv)
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     reference.store_kv(k, v, want_k, want_v, slots)
@@ -121,8 +121,8 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
 def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
     kv = random_paged_kv([5, 9], block_size=4, num_kv_heads=2, head_dim=64, seed=3)
     g = torch.Generator().manual_seed(4)
-    q, k, v = torch.randn(2, 4, 64, generator=g), torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64,
-                                                                                                  generator=g)
+    q, k, v = (torch.randn(2, 4, 64, generator=g), torch.randn(2, 2, 64, generator=g),
+               torch.randn(2, 2, 64, generator=g))
     slots = _slots_of_last_tokens(kv)
     slots[0] = -1
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
@@ -161,8 +161,7 @@ def _prompts(draw):
 @given(prompts=_prompts(), block_size=st.sampled_from([1, 4, 16]), num_kv_heads=st.sampled_from([1, 3]),
        group=st.sampled_from([1, 3, 5]), head_dim=st.sampled_from([32, 64, 128]), seed=st.integers(0, 2**16))
 def test_prefill_matches_reference_for_whole_and_chunked_prompts(prompts, block_size, num_kv_heads, group,
-                                                                 head_dim,
-                                                                 seed):
+                                                                 head_dim, seed):
     """Query tokens are the last q_len positions of each context (a whole prompt when q_len == len, a
     chunk or a prompt after cached blocks otherwise): causal over the paged context."""
     lens, q_lens = prompts
@@ -251,7 +250,8 @@ print(cpu_paged.available(), cpu_paged.why_unavailable())
                                          ({"PAGED_LAB_CACHE": "/proc/no-such-folder"},
                                           "could not build or load")])
 def test_without_the_kernel_it_says_why(tmp_path, env, expect):
-    if "PAGED_LAB_CPU_KERNELS" not in env and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+    if ("PAGED_LAB_CPU_KERNELS" not in env
+            and not torch.backends.cpu.get_cpu_capability().startswith("AVX512")):
         pytest.skip("no AVX-512: the compiler is never tried")
     full = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path), **env}
     res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)
@@ -321,7 +321,8 @@ def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
     assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others
     monkeypatch.setattr(os, "getuid", lambda: folder.stat().st_uid + 1)
     why = cpu_paged._private_folder(folder)
-    assert why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why and "PAGED_LAB_CACHE" in why
+    assert (why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why
+            and "PAGED_LAB_CACHE" in why)
 
 
 def test_only_a_closed_file_matching_its_sidecar_counts_as_our_build(tmp_path):

@@ -151,8 +151,8 @@ def test_dispatch_store_and_decode_equals_store_then_decode(backend, one_tensor)
                                   backend="reference")
     layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
     k_cache, v_cache = (layer[0], layer[1]) if one_tensor else (kv.k_cache.clone(), kv.v_cache.clone())
-    plan = plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots) if uses_plan(backend,
-                                                                                             k_cache) else None
+    plan = (plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots)
+            if uses_plan(backend, k_cache) else None)
     got = store_and_decode(q, k, v, k_cache, v_cache, slots, kv.block_tables, kv.context_lens, 0.125,
                            backend=backend, plan=plan)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

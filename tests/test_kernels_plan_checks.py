@@ -87,7 +87,8 @@ def test_plans_that_do_not_belong_to_the_call_raise_a_value_error_naming_plan():
     res = subprocess.run([sys.executable, "-c", _CHILD, *backends], capture_output=True, text=True, env=env,
                          timeout=300)
     got = {(b, name): result for b, name, result in map(json.loads, res.stdout.splitlines())}
-    assert res.returncode == 0, f"the child died (rc {res.returncode}) after {len(got)} calls: {res.stderr[-2000:]}"
+    assert res.returncode == 0, (f"the child died (rc {res.returncode}) after {len(got)} calls: "
+                                 f"{res.stderr[-2000:]}")
     assert set(CASES) <= {name for _, name in got}, "the child and CASES list different cases"
     wrong = {key: result for key, result in got.items()
              if not (result.startswith("ValueError: plan") and CASES[key[1]] in result)}

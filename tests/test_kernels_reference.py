@@ -240,10 +240,8 @@ def test_fig_block_size_tradeoff_and_readout_use_the_costs():
     assert list(fig.data[0].y) == [block_size_cost(lens, b).lookups_per_seq for b in (1, 16)]
     assert fig.data[1].y[0] == 0 and fig.data[1].y[1] == 100 * block_size_cost(lens, 16).waste_frac
     c = block_size_cost(lens, 16)
-    assert f"{c.wasted_slots:,} of {c.slots:,} slots empty" in tradeoff_readout(block_size=16,
-                                                                                mean_context=100,
-                                                                                num_seqs=10,
-                                                                                seed=1)  # fmt: skip
+    assert f"{c.wasted_slots:,} of {c.slots:,} slots empty" in tradeoff_readout(
+        block_size=16, mean_context=100, num_seqs=10, seed=1)  # fmt: skip
 
 
 def test_fig_kernel_bench_draws_one_line_per_batch_and_block_size():

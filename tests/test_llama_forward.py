@@ -173,7 +173,8 @@ def test_runner_is_shared_per_model_and_rebuilt_when_prepack_differs(smollm2):
     assert plain is not auto and not plain.prepacked
     assert plain.layers[0].qkv.weights[0] is not None and plain.layers[0].qkv.packed is None
     # the model's own tensors are used as they are, never copied
-    assert plain.layers[0].qkv.weights[0].data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
+    assert (plain.layers[0].qkv.weights[0].data_ptr()
+            == model.model.layers[0].self_attn.q_proj.weight.data_ptr())
     assert plain.lm_head.weights[0].data_ptr() == model.lm_head.weight.data_ptr()
 
 

@@ -69,8 +69,8 @@ def _private_folder(folder: Path) -> str | None:
 def _owned_and_closed(path: Path) -> bool:
     """A regular file (not a link), this user's, that no group or other user may write."""
     st = path.lstat()
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP
-                                                                                       | stat.S_IWOTH)
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _sha256(path: Path) -> str:
@@ -175,7 +175,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
     if any(t.device.type != "cpu" for t in tensors):
         return f"tensors on {k_cache.device} (the C kernels run on the CPU)"
     if any(t.dtype not in KV_DTYPES or t.dtype != k_cache.dtype for t in tensors):
-        return f"dtype {k_cache.dtype if q is None else q.dtype} (the C kernels take float32 or bfloat16, all alike)"
+        return (f"dtype {k_cache.dtype if q is None else q.dtype} "
+                "(the C kernels take float32 or bfloat16, all alike)")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         return "caches that are not contiguous"
     head_dim, kv_heads = k_cache.shape[-1], k_cache.shape[2]

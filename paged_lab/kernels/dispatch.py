@@ -116,8 +116,8 @@ def _store_then_decode(store, decode):
 
 def _reference_backend() -> Backend:
     store = lambda k, v, kc, vc, slots, plan=None: reference.store_kv(k, v, kc, vc, slots)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(q, kc, vc, bt,
-                                                                                               cl, scale)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(
+        q, kc, vc, bt, cl, scale)
     prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, **_: reference.paged_attention_prefill(
         q, kc, vc, bt, cl, qsl, scale)
     return Backend("reference", store, decode, prefill, _store_then_decode(store, decode))
@@ -135,8 +135,9 @@ def _triton_backend() -> Backend:
 def _torch_backend() -> Backend:
     decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: torch_paged.paged_attention_decode(
         q, kc, vc, bt, cl, scale, plan=plan)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: torch_paged.paged_attention_prefill(
-        q, kc, vc, bt, cl, qsl, scale, plan=plan, max_query_len=max_query_len)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: (
+        torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
+                                            max_query_len=max_query_len))
     return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
                    uses_plan=True)
 

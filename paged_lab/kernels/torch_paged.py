@@ -123,7 +123,8 @@ def plan_mismatch(plan, block_size: int, block_tables=None, context_lens=None, q
     return None
 
 
-_ANOTHER_BATCH = "the plan was built for another batch; build it with plan_gather from the tensors this call gets"
+_ANOTHER_BATCH = ("the plan was built for another batch; "
+                  "build it with plan_gather from the tensors this call gets")
 
 
 def _same(a, b) -> bool:
@@ -142,7 +143,8 @@ def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query
     for name in fields:
         if not isinstance(getattr(plan, name), torch.Tensor):
             if name == "seq_of":
-                return "plan has no query indices (a decode plan): build it with plan_gather(..., query_start_loc=...)"
+                return ("plan has no query indices (a decode plan): "
+                        "build it with plan_gather(..., query_start_loc=...)")
             return f"plan.{name} must be a tensor, got {type(getattr(plan, name)).__name__}"
     table = plan.table
     if table.dim() != 2 or table.shape[0] != num_seqs or not 1 <= table.shape[1] <= width:
@@ -161,13 +163,14 @@ def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query
         qsl = query_start_loc.long()
         longest = int((qsl[1:] - qsl[:-1]).max())
         if not isinstance(plan.max_q, int) or plan.max_q < longest:
-            return f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; {_ANOTHER_BATCH}"
+            return (f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; "
+                    f"{_ANOTHER_BATCH}")
     want = plan_gather(block_tables, context_lens, block_size, max_ctx=nb * block_size,
                        query_start_loc=query_start_loc, max_query_len=plan.max_q if prefill else None)
     for name in fields:
         if not _same(getattr(plan, name), getattr(want, name)):
-            return f"plan.{name} does not match block_tables/context_lens{'/query_start_loc' if prefill else ''}; " \
-                   f"{_ANOTHER_BATCH}"
+            return (f"plan.{name} does not match "
+                    f"block_tables/context_lens{'/query_start_loc' if prefill else ''}; {_ANOTHER_BATCH}")
     return None
 
 
@@ -284,8 +287,8 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
     when they are that (``engine.KVCache`` keeps each layer's K and V in one tensor), else None."""
     n = k_cache.numel()
     if (k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype or not k_cache.is_contiguous()
-            or not v_cache.is_contiguous() or v_cache.data_ptr()
-            != k_cache.data_ptr() + n * k_cache.element_size()
+            or not v_cache.is_contiguous()
+            or v_cache.data_ptr() != k_cache.data_ptr() + n * k_cache.element_size()
             # one allocation
             or v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr()):
         return None

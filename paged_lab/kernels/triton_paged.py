@@ -77,7 +77,8 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     """Write ``k, v [num_tokens, num_kv_heads, head_dim]`` into slots ``slot_mapping`` of the cache."""
     k, v = k.contiguous(), v.contiguous()
     num_tokens, num_kv_heads, head_dim = k.shape
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     launch = store_kv_launch(num_tokens, num_kv_heads, head_dim, k_cache.shape[1])
     _store_kv_kernel[launch.grid](
         k, v, k_cache, v_cache, slot_mapping,
@@ -228,7 +229,8 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     out = torch.empty((num_seqs, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     cc = device_cc(q.device)
@@ -341,7 +343,8 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
     num_seqs = query_start_loc.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     if max_query_len is None:

@@ -71,7 +71,8 @@ class Resources:
         if self.spill_bytes > MAX_SPILL_BYTES:
             out.append(f"{self.spill_bytes} bytes of spilled registers (stack frame) > {MAX_SPILL_BYTES}")
         if self.shared_bytes > self.shared_limit:
-            out.append(f"{self.shared_bytes} B shared memory > sm_{self.cc}'s {self.shared_limit} B per block")
+            out.append(f"{self.shared_bytes} B shared memory > "
+                       f"sm_{self.cc}'s {self.shared_limit} B per block")
         return out
 
 
@@ -157,7 +158,8 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
         regs, stack = _stack_and_regs(kernel.asm["cubin"])
     except Exception as e:
         raise RuntimeError(f"{name} for sm_{cfg.cc}, {cfg.dtype}, constexprs {launch.constexprs}, "
-                           f"options {launch.options}: {type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
+                           f"options {launch.options}: "
+                           f"{type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
     consts = ", ".join(f"{k}={v}" for k, v in launch.constexprs.items())
     return Resources(name, cfg.cc, cfg.dtype, consts, regs, stack, int(kernel.metadata.shared),
                      triton_launch.SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
@@ -199,7 +201,8 @@ def markdown_table(rows: list[dict]) -> str:
              "|---|---|---|---|---:|---:|---:|"]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["kernel"], r["cc"], r["dtype"], r["constexprs"])):
         lines.append(f"| {r['kernel'].strip('_')} | sm_{r['cc']} | {r['dtype']} | {r['constexprs']} | "
-                     f"{r['regs']} | {r['spill_bytes']} | {r['shared_bytes']:,} ({r['shared_limit']:,}) |")  # fmt: skip
+                     f"{r['regs']} | {r['spill_bytes']} | "
+                     f"{r['shared_bytes']:,} ({r['shared_limit']:,}) |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -115,8 +115,8 @@ def cuda_time_ms(fn, device="cuda", warmup: int = 3, iters: int = 20, flush_l2: 
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     device = torch.device(device)
-    flush = torch.empty(max(2 * l2_cache_bytes(device), 2**20), dtype=torch.uint8,
-                        device=device) if flush_l2 else None
+    flush = (torch.empty(max(2 * l2_cache_bytes(device), 2**20), dtype=torch.uint8, device=device)
+             if flush_l2 else None)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
@@ -215,8 +215,8 @@ def bench_decode(batch, context_len, block_size, num_heads=32, num_kv_heads=8, h
                max_abs_err=err, kv_bytes=nbytes)  # fmt: skip
     row["paged_ms"] = median_ms(paged, device, iters=iters)
     row["sdpa_ms"] = median_ms(sdpa, device, iters=iters)
-    fi = _flashinfer_decode(q, k_cache, v_cache, bt,
-                            context_len) if torch.device(device).type == "cuda" else None
+    fi = (_flashinfer_decode(q, k_cache, v_cache, bt, context_len)
+          if torch.device(device).type == "cuda" else None)
     row["flashinfer_ms"] = median_ms(fi, device, iters=iters) if fi is not None else None
     row["gbs"] = nbytes / (row["paged_ms"] * 1e-3) / 1e9
     peak = peak_gbs(device)

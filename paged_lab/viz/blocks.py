@@ -418,7 +418,8 @@ def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len:
             f"{full} full block(s) are stored once instead of {k} times ({saved} saved)")
     rest = system_len % block_size
     if rest:
-        line += f"; its last {rest} token(s) share a block with each request's own text, so they are not shared"
+        line += (f"; its last {rest} token(s) share a block with each request's own text, "
+                 "so they are not shared")
     return line if k > 1 else line + "; one request has nobody to share with"
 
 
@@ -458,8 +459,8 @@ def _playground_frame(block_size: int, num_blocks: int, requests: range, seeds: 
 
 
 def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int = 0,
-                           num_blocks: int = 32, bounds: Mapping[str, tuple[int, int]]
-                           | None = None) -> go.Figure:
+                           num_blocks: int = 32,
+                           bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables.
 
     ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9)}``)

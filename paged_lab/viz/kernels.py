@@ -232,8 +232,8 @@ def fig_online_softmax(block_scores: Sequence[Sequence[float]], head: int = 0) -
         start += len(scores)
     fig.add_trace(go.Scatter(x=[-0.5] + [e + 0.5 for e in ends],
                              y=[trace[0]["max"]] + [t["max"] for t in trace],
-                             mode="lines", line=dict(shape="vh", color="#333"), name="running max m"), row=1,
-                             col=1)
+                             mode="lines", line=dict(shape="vh", color="#333"), name="running max m"),
+                  row=1, col=1)
     fig.add_trace(go.Bar(x=ends, y=[t["sum"] for t in trace], name="l after the block",
                          marker_color=[EMPTY if t["rescale"] < 1 else PALETTE[2] for t in trace],
                          text=[f"×{t['rescale']:.2f} first" if t["rescale"] < 1 else "" for t in trace],
@@ -253,11 +253,12 @@ def fig_split_merge(lse: Sequence[float], labels: Sequence[str]) -> go.Figure:
     if len(lse) != len(labels):
         raise ValueError(f"lse and labels must have the same length, got {len(lse)} and {len(labels)}")
     w = stepwise.split_weights(lse)
-    text = [f"lse {x:.2f} → {100 * v:.0f}%" if x != -math.inf else "empty: lse −∞ → 0%" for x,
-            v in zip(lse, w)]
+    text = [f"lse {x:.2f} → {100 * v:.0f}%" if x != -math.inf else "empty: lse −∞ → 0%"
+            for x, v in zip(lse, w)]
     fig = go.Figure(go.Bar(x=list(labels), y=[100 * v for v in w], text=text, textposition="outside",
                            marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(w))]))
-    fig.update_layout(title="Split-KV: each partition's partial output, weighted by exp(lse − logsumexp(lse))",
+    fig.update_layout(title="Split-KV: each partition's partial output, "
+                            "weighted by exp(lse − logsumexp(lse))",
                       yaxis=dict(title="weight in the merge (%)", range=[0, 115]), height=360,
                       margin=dict(t=70, b=40))
     return fig
