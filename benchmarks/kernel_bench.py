@@ -7,9 +7,9 @@ as a share of the GPU's datasheet peak, and the ratio to SDPA. Writes ``decode.c
 ``decode.html`` (plotly) under ``--out`` (``cpu_smoke.*`` for the smoke run) and prints the table and the
 targets: >= 70% of peak at 4,096-token contexts with batch >= 32, and decode time <= 1.25x SDPA.
 
-    .venv/bin/python benchmarks/kernel_bench.py --out bench_out           # full sweep (CUDA)
-    .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out   # smaller grids (explicit ones kept)
-    .venv/bin/python benchmarks/kernel_bench.py --cpu-smoke --out /tmp/kb # no GPU: checks the script only
+  .venv/bin/python benchmarks/kernel_bench.py --out bench_out            # full sweep (CUDA)
+  .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out    # smaller grids (explicit ones kept)
+  .venv/bin/python benchmarks/kernel_bench.py --cpu-smoke --out /tmp/kb  # no GPU: checks the script only
 
 Without CUDA the script exits with a message (status 2): it never prints CPU numbers as if they were
 GPU figures. ``--cpu-smoke`` runs one tiny configuration under Triton's interpreter to exercise

@@ -314,8 +314,8 @@ def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
 
 
 def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
-    """No library is loaded from a folder someone else owns (here: this process pretends to be another
-    uid)."""
+    """No library is loaded from a folder someone else owns
+    (here: this process pretends to be another uid)."""
     folder = tmp_path / "kernels"
     assert cpu_paged._private_folder(folder) is None
     assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others

@@ -396,8 +396,8 @@ class PagedLlama:
 
         input_ids, positions: int64 [num_tokens], the query tokens of all scheduled sequences;
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
-        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads,
-        head_dim].
+        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns
+        [num_tokens, heads, head_dim].
         """
         attention = attention or PagedAttention()
         top = None if meta.max_context_len is None else meta.max_context_len - 1
