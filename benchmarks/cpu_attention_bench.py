@@ -44,7 +44,8 @@ def main() -> int:
         plan = torch_paged.plan_gather(tables, lens, BS)  # built once per step by the engine
 
         def decode(backend, q=q, tables=tables, lens=lens, plan=plan):
-            return [paged_attention_decode(q, k, v, tables, lens, 0.125, backend=backend, validate=False, plan=plan)
+            return [paged_attention_decode(q, k, v, tables, lens, 0.125, backend=backend, validate=False,
+                                           plan=plan)
                     for k, v in caches]
 
         cases.append((f"decode, {S} x 120 tokens", decode))
@@ -54,15 +55,17 @@ def main() -> int:
     plan = torch_paged.plan_gather(tables, lens, BS, query_start_loc=qsl)
 
     def prefill(backend):
-        return [paged_attention_prefill(q, k, v, tables, lens, qsl, 0.125, backend=backend, validate=False, plan=plan)
+        return [paged_attention_prefill(q, k, v, tables, lens, qsl, 0.125, backend=backend, validate=False,
+                                        plan=plan)
                 for k, v in caches]
 
     cases.append(("prefill, 58 tokens", prefill))
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch threads "
-          f"{args.threads}, fp32, {LAYERS} layers, median of {args.repeats}")
+    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch "
+          f"threads {args.threads}, fp32, {LAYERS} layers, median of {args.repeats}")
     print(f"{'what':<26}{'torch ms':>10}{'C ms':>8}{'torch / C':>11}{'max |diff|':>12}")
     for name, fn in cases:
-        a, want = median_ms(lambda fn=fn: fn("torch"), device="cpu", warmup=1, iters=args.repeats), fn("torch")
+        a, want = median_ms(lambda fn=fn: fn("torch"), device="cpu", warmup=1,
+                            iters=args.repeats), fn("torch")
         b, got = median_ms(lambda fn=fn: fn("cpu"), device="cpu", warmup=1, iters=args.repeats), fn("cpu")
         diff = max((x - y).abs().max().item() for x, y in zip(got, want))
         assert diff < 1e-4, (name, diff)

@@ -56,8 +56,8 @@ def main() -> int:
     compiled = LLM(model, tokenizer=tok, max_num_seqs=max(sizes), num_kv_blocks=blocks, enforce_eager=False,
                    compile_sizes=tuple(sizes))
     start = time.perf_counter() - t
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch threads "
-          f"{args.threads}, fp32, SmolLM2-135M; compiling {len(sizes)} sizes took {start:.0f} s")
+    print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch "
+          f"threads {args.threads}, fp32, SmolLM2-135M; compiling {len(sizes)} sizes took {start:.0f} s")
     print(f"{'batch':>5}{'eager ms':>10}{'compiled ms':>13}{'ratio':>8}")
     for n in sizes:
         prompts = [r.prompt_token_ids for r in work[:n]]

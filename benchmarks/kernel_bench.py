@@ -4,12 +4,12 @@ For every (context length, batch, block size) it times one decode step of a Llam
 (32 query heads, 8 KV heads, head_dim 128, bf16 by default), checks the paged output against the
 contiguous baseline, and reports the median time, the achieved K+V bandwidth (bytes read / time)
 as a share of the GPU's datasheet peak, and the ratio to SDPA. Writes ``decode.csv`` and
-``decode.html`` (plotly) under ``--out`` (``cpu_smoke.*`` for the smoke run) and prints the table and the targets:
->= 70% of peak at 4,096-token contexts with batch >= 32, and decode time <= 1.25x SDPA.
+``decode.html`` (plotly) under ``--out`` (``cpu_smoke.*`` for the smoke run) and prints the table and the
+targets: >= 70% of peak at 4,096-token contexts with batch >= 32, and decode time <= 1.25x SDPA.
 
-    .venv/bin/python benchmarks/kernel_bench.py --out bench_out             # full sweep (CUDA)
-    .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out     # smaller grids (explicit ones kept)
-    .venv/bin/python benchmarks/kernel_bench.py --cpu-smoke --out /tmp/kb   # no GPU: checks the script only
+  .venv/bin/python benchmarks/kernel_bench.py --out bench_out            # full sweep (CUDA)
+  .venv/bin/python benchmarks/kernel_bench.py --quick --out bench_out    # smaller grids (explicit ones kept)
+  .venv/bin/python benchmarks/kernel_bench.py --cpu-smoke --out /tmp/kb  # no GPU: checks the script only
 
 Without CUDA the script exits with a message (status 2): it never prints CPU numbers as if they were
 GPU figures. ``--cpu-smoke`` runs one tiny configuration under Triton's interpreter to exercise
@@ -62,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     from paged_lab.kernels.dispatch import TRITON_BLOCK_SIZES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("bench_out"), help="directory for decode.csv and decode.html")
+    ap.add_argument("--out", type=Path, default=Path("bench_out"),
+                    help="directory for decode.csv and decode.html")
     ap.add_argument("--context-lens", type=_ints, default=None, help=f"default {FULL['context_lens']}")
     ap.add_argument("--batches", type=_ints, default=None, help=f"default {FULL['batches']}")
     ap.add_argument("--block-sizes", type=_ints, default=None,
@@ -72,9 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--kv-heads", type=_positive_int, default=8)
     ap.add_argument("--head-dim", type=int, choices=[64, 128], default=128)
     ap.add_argument("--iters", type=_positive_int, default=50)
-    ap.add_argument("--peak-gbs", type=float, default=None, help="datasheet bandwidth if the GPU is not listed")
+    ap.add_argument("--peak-gbs", type=float, default=None,
+                    help="datasheet bandwidth if the GPU is not listed")
     ap.add_argument("--quick", action="store_true", help=f"smaller grids for those not given: {QUICK}")
-    ap.add_argument("--cpu-smoke", action="store_true", help="no GPU: one tiny interpreter run to check the script")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="no GPU: one tiny interpreter run to check the script")
     args = ap.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
@@ -109,12 +112,14 @@ def print_targets(rows) -> None:
         return
     best = max(big, key=lambda r: r["gbs"])
     pct = best["pct_peak"]
-    verdict = "n/a (GPU not in PEAK_GBS; pass --peak-gbs)" if pct is None else ("met" if pct >= 70 else "NOT met")
+    verdict = "n/a (GPU not in PEAK_GBS; pass --peak-gbs)" if pct is None else ("met" if pct >= 70
+                                                                                else "NOT met")
     print(f"\nTarget 1, >= 70% of peak at ctx 4096, batch >= 32: best {_fmt(pct, '.1f')}% "
           f"(batch {best['batch']}, block {best['block_size']}) -> {verdict}")
     worst = max(rows, key=lambda r: r["vs_sdpa"])
     print(f"Target 2, paged <= 1.25x SDPA: worst ratio {worst['vs_sdpa']:.2f} (ctx {worst['context_len']}, "
-          f"batch {worst['batch']}, block {worst['block_size']}) -> {'met' if worst['vs_sdpa'] <= 1.25 else 'NOT met'}")
+          f"batch {worst['batch']}, block {worst['block_size']}) -> "
+          f"{'met' if worst['vs_sdpa'] <= 1.25 else 'NOT met'}")
 
 
 def write_outputs(rows, out: Path, stem: str = "decode", metric: str = "pct_peak") -> tuple[Path, Path]:
@@ -147,7 +152,8 @@ def main(argv=None) -> int:
                                    device="cpu", backend="triton", iters=2)]  # fmt: skip
     elif not torch.cuda.is_available():
         print("kernel_bench.py needs a CUDA GPU: none is visible here, so nothing was measured. "
-              "(Use --cpu-smoke to check the script itself under Triton's interpreter.)", file=sys.stderr)  # fmt: skip
+              "(Use --cpu-smoke to check the script itself under Triton's interpreter.)",
+              file=sys.stderr)  # fmt: skip
         return 2
     else:
         if args.peak_gbs:

@@ -49,7 +49,8 @@ def load_before(checkout: Path):
     """The other checkout's ``paged_lab`` package, imported as ``paged_lab_before``."""
     src = checkout / "paged_lab"
     if not (src / "engine").is_dir():
-        raise SystemExit(f"checkout: {checkout} has no paged_lab/engine (give the root of a paged-lab checkout)")
+        raise SystemExit(f"checkout: {checkout} has no paged_lab/engine (give the root of a paged-lab "
+                         "checkout)")
     tmp = Path(tempfile.mkdtemp(prefix="paged_lab_before_"))
     dst = tmp / "paged_lab_before"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
@@ -88,7 +89,8 @@ def cpu_clocked(llm) -> list[float]:
 def run_once(pkg, llm, workload, cpu_times=None) -> tuple[float, dict[str, list[float]], list[list[int]]]:
     """One whole run of the workload: seconds, step seconds by kind (wall, or CPU when ``cpu_times``
     is the list ``cpu_clocked`` fills), each request's tokens."""
-    params = [pkg.engine.SamplingParams(temperature=0, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    params = [pkg.engine.SamplingParams(temperature=0, max_tokens=r.max_tokens, ignore_eos=True)
+              for r in workload]
     llm.reset_prefix_cache()  # every run starts cold (hits between its own prompts still count)
     first = len(llm.timeline)
     if cpu_times is not None:
@@ -137,14 +139,16 @@ def main() -> int:
     before = load_before(args.checkout)
     model, tok, _ = load_model("smollm2-135m", dtype="float32", device="cpu", progress=False)
     workload = bench_workload(tok, 32, 4)
-    print(f"torch {torch.__version__}, {args.threads} threads, fp32, block_size {args.block_size}, prefix caching "
-          f"{args.prefix_caching}, "
-          f"{args.repeats} alternating runs per engine, {args.clock} clock; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"torch {torch.__version__}, {args.threads} threads, fp32, block_size {args.block_size}, prefix "
+          f"caching {args.prefix_caching}, "
+          f"{args.repeats} alternating runs per engine, {args.clock} clock; load average "
+          f"{os.getloadavg()[0]:.2f} at the start")
     for max_num_seqs in (int(s) for s in args.settings.split(",")):
         engines, clocks = {}, {}
         for name, pkg in (("before", before), ("after", paged_lab)):
             llm = pkg.engine.LLM(model, tokenizer=tok, block_size=args.block_size, max_num_seqs=max_num_seqs,
-                                 max_num_batched_tokens=4096, enable_prefix_caching=args.prefix_caching == "on",
+                                 max_num_batched_tokens=4096,
+                                 enable_prefix_caching=args.prefix_caching == "on",
                                  enforce_eager=True)
             engines[name] = (pkg, llm)
             clocks[name] = cpu_clocked(llm) if args.clock == "cpu" else None
@@ -161,10 +165,11 @@ def main() -> int:
                 for kind, secs in kinds.items():
                     steps[name].setdefault(kind, []).extend(secs)
         same = tokens["before"] == tokens["after"]
-        print(f"\nmax_num_seqs={max_num_seqs}: whole run median before {statistics.median(totals['before']):.2f} s, "
-              f"after {statistics.median(totals['after']):.2f} s (after/before "
-              f"{statistics.median(totals['after']) / statistics.median(totals['before']):.2f}x); "
-              f"same tokens: {same}; load {min(loads):.2f}-{max(loads):.2f}")
+        print(f"\nmax_num_seqs={max_num_seqs}: whole run median before "
+              f"{statistics.median(totals['before']):.2f} s, after {statistics.median(totals['after']):.2f} "
+              "s (after/before "
+              f"{statistics.median(totals['after']) / statistics.median(totals['before']):.2f}x); same "
+              f"tokens: {same}; load {min(loads):.2f}-{max(loads):.2f}")
         print(f"  {'step kind':<12}{'steps/run':>10}{'before ms':>11}{'after ms':>10}{'after/before':>14}")
         for kind in sorted(steps["after"], key=_sort_key):
             b, a = steps["before"].get(kind), steps["after"][kind]

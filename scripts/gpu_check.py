@@ -34,7 +34,8 @@ from pathlib import Path
 PARTS = ("kernels", "bandwidth", "identity", "throughput")
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("gpu_check.py needs a CUDA GPU and none is visible here (torch.cuda.is_available() is False): "
-          "nothing was run or measured. Run it on a GPU machine; on this one, `make test` checks the code.")  # fmt: skip
+          "nothing was run or measured. Run it on a GPU machine; "
+          "on this one, `make test` checks the code.")  # fmt: skip
 TARGETS = {  # what issue 15 asks for
     "bandwidth": ">= 70% of peak HBM bandwidth at 4,096-token contexts with batch >= 32",
     "vs_sdpa": "decode <= 1.25x torch SDPA on a contiguous cache",
@@ -42,7 +43,8 @@ TARGETS = {  # what issue 15 asks for
 }
 PROMPTS = [
     "The capital of France is", "def fibonacci(n):\n    if n < 2:", "Paged attention stores the KV cache in",
-    "Once upon a time", "1, 2, 3, 4,", "The quick brown fox", "import torch\nx = torch.", "A block table maps",
+    "Once upon a time", "1, 2, 3, 4,", "The quick brown fox", "import torch\nx = torch.",
+    "A block table maps",
 ]  # fmt: skip
 
 
@@ -101,20 +103,24 @@ def check_kernels(args) -> list[Result]:
         for i, block_size in enumerate(TRITON_BLOCK_SIZES):
             group, head_dim = groups[i % 4], head_dims[i % 2]
             lens = [1, block_size + 3, 3 * block_size, 1500]
-            kv = random_paged_kv(lens, block_size, 2, head_dim, dtype=dtype, device="cuda", table_pad=-1, seed=i)
+            kv = random_paged_kv(lens, block_size, 2, head_dim, dtype=dtype, device="cuda", table_pad=-1,
+                                 seed=i)
             g = torch.Generator().manual_seed(i)
             q = torch.randn(len(lens), 2 * group, head_dim, generator=g).to(dtype).cuda()
             args_ = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, head_dim**-0.5)
             ref = paged_attention_decode(*args_, backend="reference").float()
             for kind, splits in (("decode", 1), ("decode_split", 4)):
                 out = paged_attention_decode(*args_, backend="triton", num_splits=splits).float()
-                _record(worst, failures, kind, dtype, (out - ref).abs().max().item(), tol[dtype], block_size, group)
+                _record(worst, failures, kind, dtype, (out - ref).abs().max().item(), tol[dtype], block_size,
+                        group)
             q_lens = [1, block_size, 2 * block_size, 100]
             qp = torch.randn(sum(q_lens), 2 * group, head_dim, generator=g).to(dtype).cuda()
-            qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+            qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32,
+                               device="cuda")
             pargs = (qp, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, head_dim**-0.5)
             err = (paged_attention_prefill(*pargs, backend="triton").float()
-                   - paged_attention_prefill(*pargs, backend="reference").float()).abs().max().item()  # fmt: skip
+                   - paged_attention_prefill(*pargs, backend="reference").float()
+                   ).abs().max().item()  # fmt: skip
             _record(worst, failures, "prefill", dtype, err, tol[dtype], block_size, group)
             k, v = torch.randn(2, 9, 2, head_dim, generator=g).to(dtype).cuda()
             slots = torch.randperm(kv.k_cache.shape[0] * block_size, generator=g)[:9].to(torch.int32).cuda()
@@ -126,8 +132,10 @@ def check_kernels(args) -> list[Result]:
     results = []
     for (kind, dt), err in worst.items():
         limit = 0.0 if kind == "store_kv" else tol[dt]
-        results.append(Result("kernels", f"{kind} {str(dt).replace('torch.', '')}: max abs error vs reference", err,
-                              target=f"<= {limit}", met=err <= limit, command=_cmd(args, "kernels")))  # fmt: skip
+        results.append(Result("kernels",
+                              f"{kind} {str(dt).replace('torch.', '')}: max abs error vs reference", err,
+                              target=f"<= {limit}", met=err <= limit,
+                              command=_cmd(args, "kernels")))  # fmt: skip
     results.append(Result("kernels", "failing configurations", len(failures), target="0", met=not failures,
                           command=_cmd(args, "kernels")))  # fmt: skip
     for f in failures[:20]:
@@ -145,7 +153,8 @@ def _record(worst, failures, kind, dtype, err, tol, block_size, group):
 def check_bandwidth(args) -> list[Result]:
     out = args.out / "kernel_bench"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "kernel_bench.py"), "--out", str(out), "--context-lens",
-           "1024,4096,16384", "--batches", "1,8,32,64", "--block-sizes", "16,32,64", "--iters", "30"]  # fmt: skip
+           "1024,4096,16384", "--batches", "1,8,32,64", "--block-sizes", "16,32,64", "--iters",
+           "30"]  # fmt: skip
     shown = "python benchmarks/kernel_bench.py " + " ".join(cmd[2:])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     (args.out / "kernel_bench.log").write_text(proc.stdout + proc.stderr)
@@ -165,15 +174,21 @@ def bandwidth_results(rows: list[dict], command: str) -> list[Result]:
     if big:
         best = max(big, key=lambda r: num(r, "gbs"))
         pct = num(best, "pct_peak")
-        out.append(Result("bandwidth", f"best share of peak HBM bandwidth, ctx 4096, batch >= 32 (batch {best['batch']}, "
-                          f"block {best['block_size']}; {num(best, 'gbs'):.0f} GB/s)", "n/a" if pct is None else round(pct, 1),
-                          "%", TARGETS["bandwidth"], None if pct is None else pct >= 70, command))  # fmt: skip
+        out.append(Result("bandwidth",
+                          f"best share of peak HBM bandwidth, ctx 4096, batch >= 32 (batch {best['batch']}, "
+                          f"block {best['block_size']}; {num(best, 'gbs'):.0f} GB/s)",
+                          "n/a" if pct is None else round(pct, 1),
+                          "%", TARGETS["bandwidth"], None if pct is None else pct >= 70,
+                          command))  # fmt: skip
     worst = max(rows, key=lambda r: num(r, "vs_sdpa"))
     ratio = num(worst, "vs_sdpa")
-    out.append(Result("bandwidth", f"worst paged / SDPA time (ctx {worst['context_len']}, batch {worst['batch']}, "
-                      f"block {worst['block_size']})", round(ratio, 3), "x", TARGETS["vs_sdpa"], ratio <= 1.25, command))  # fmt: skip
+    out.append(Result("bandwidth",
+                      f"worst paged / SDPA time (ctx {worst['context_len']}, batch {worst['batch']}, "
+                      f"block {worst['block_size']})", round(ratio, 3), "x", TARGETS["vs_sdpa"],
+                      ratio <= 1.25, command))  # fmt: skip
     errs = max(num(r, "max_abs_err") for r in rows)
-    out.append(Result("bandwidth", "max abs error vs SDPA over the sweep", errs, target="<= 5e-2", met=errs <= 5e-2,
+    out.append(Result("bandwidth", "max abs error vs SDPA over the sweep", errs, target="<= 5e-2",
+                      met=errs <= 5e-2,
                       command=command))  # fmt: skip
     return out
 
@@ -200,7 +215,8 @@ def check_identity(args, loaded) -> list[Result]:
 
     model, tok, _, dtype = loaded
     llm = LLM(model, tokenizer=tok, dtype=dtype, num_kv_blocks=1024, attention_backend="auto")
-    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True), use_tqdm=False)
+    outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True),
+                        use_tqdm=False)
     margin = NEAR_TIE_MARGIN[dtype]
     matches = []
     for p, o in zip(PROMPTS, outs):
@@ -213,9 +229,11 @@ def check_identity(args, loaded) -> list[Result]:
     backend = resolve_backend(llm.attention_backend, *llm.kv.layers[0])
     return [
         Result("identity", f"prompts whose greedy tokens equal transformers' until the first near-tie "
-               f"(margin {margin} on {dtype} logits; attention {backend})", sum(m.equal for m in matches), f"of {len(PROMPTS)}",
+               f"(margin {margin} on {dtype} logits; attention {backend})", sum(m.equal for m in matches),
+               f"of {len(PROMPTS)}",
                f"{len(PROMPTS)} of {len(PROMPTS)}", all(m.equal for m in matches), cmd),  # fmt: skip
-        Result("identity", "tokens compared (before near-ties) out of 8 x 32", sum(m.compared for m in matches),
+        Result("identity", "tokens compared (before near-ties) out of 8 x 32",
+               sum(m.compared for m in matches),
                command=cmd),  # fmt: skip
     ]
 
@@ -224,17 +242,21 @@ def check_throughput(args, loaded) -> list[Result]:
     from paged_lab.tools import bench
 
     model, tok, spec, dtype = loaded
-    report = bench.run_bench(repeats=2, batch_size=16, num_requests=args.requests, num_long=8, long_tokens=256,
-                             methods=("paged_lab", "hf_static"), progress=False, loaded=(model, tok, spec))  # fmt: skip
+    report = bench.run_bench(repeats=2, batch_size=16, num_requests=args.requests, num_long=8,
+                             long_tokens=256, methods=("paged_lab", "hf_static"), progress=False,
+                             loaded=(model, tok, spec))  # fmt: skip
     print(bench.format_report(report))
     ratio = report.ratio("paged_lab", "hf_static")
     cmd = _cmd(args, "throughput")
     return [
-        Result("throughput", f"engine tok/s ({args.model}, {dtype}, {args.requests} skewed requests, batch 16)",
+        Result("throughput",
+               f"engine tok/s ({args.model}, {dtype}, {args.requests} skewed requests, batch 16)",
                round(report.median_tokens_per_s("paged_lab"), 1), "tok/s", command=cmd),  # fmt: skip
-        Result("throughput", "transformers static batching tok/s", round(report.median_tokens_per_s("hf_static"), 1),
+        Result("throughput", "transformers static batching tok/s",
+               round(report.median_tokens_per_s("hf_static"), 1),
                "tok/s", command=cmd),  # fmt: skip
-        Result("throughput", "engine / static batching", round(ratio, 2), "x", TARGETS["throughput"], ratio >= 3, cmd),
+        Result("throughput", "engine / static batching", round(ratio, 2), "x", TARGETS["throughput"],
+               ratio >= 3, cmd),
     ]
 
 
@@ -250,7 +272,8 @@ def environment() -> dict:
             env[name] = f"unavailable ({type(e).__name__})"
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        env["gpu"] = f"{torch.cuda.get_device_name()} (sm_{major}{minor}, {torch.cuda.device_count()} visible)"
+        env["gpu"] = (f"{torch.cuda.get_device_name()} "
+                      f"(sm_{major}{minor}, {torch.cuda.device_count()} visible)")
     return env
 
 
@@ -263,7 +286,8 @@ def write_report(results: list[Result], env: dict, out: Path, seconds: float) ->
         for r in results:
             w.writerow({**asdict(r), "gpu": env.get("gpu", "none")})
     lines = [f"# GPU check: {env.get('gpu', 'no GPU')}", "",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "gpu") + f". Took {seconds:.0f} s.", "",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "gpu")
+             + f". Took {seconds:.0f} s.", "",
              "| part | figure | value | target | met | command |", "|---|---|---:|---|---|---|"]  # fmt: skip
     for r in results:
         met = "" if r.met is None else ("yes" if r.met else "**NO**")

@@ -70,10 +70,12 @@ def test_greedy_matches_hf_generate_and_returns_vllm_shaped_outputs(smollm2, pro
 
 
 @pytest.mark.parametrize("block_size,caching", [(1, True), (3, False), (7, True), (16, False), (64, True)])
-def test_block_size_and_prefix_caching_do_not_change_tokens(smollm2, prompt_ids, hf_greedy, block_size, caching):
+def test_block_size_and_prefix_caching_do_not_change_tokens(smollm2, prompt_ids, hf_greedy, block_size,
+                                                            caching):
     llm = make_llm(smollm2, block_size=block_size, num_kv_blocks=2048 // block_size + 8,
                    enable_prefix_caching=caching)
-    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
+    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY,
+                               use_tqdm=False)) == hf_greedy
 
 
 def test_prefix_cache_hits_on_a_shared_system_prompt(smollm2, prompt_ids, hf_greedy):
@@ -93,8 +95,10 @@ def test_prefix_cache_hits_on_a_shared_system_prompt(smollm2, prompt_ids, hf_gre
 @pytest.mark.parametrize("max_num_seqs,max_num_batched_tokens", [(1, None), (2, 10), (5, 3)])
 def test_batch_composition_and_chunked_prefill_do_not_change_tokens(smollm2, prompt_ids, hf_greedy,
                                                                     max_num_seqs, max_num_batched_tokens):
-    llm = make_llm(smollm2, block_size=8, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
+    llm = make_llm(smollm2, block_size=8, max_num_seqs=max_num_seqs,
+                   max_num_batched_tokens=max_num_batched_tokens)
+    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY,
+                               use_tqdm=False)) == hf_greedy
 
 
 def test_memory_pressure_preempts_and_recomputes_without_changing_tokens(smollm2, prompt_ids, hf_greedy):
@@ -172,14 +176,16 @@ def test_without_prepacked_weights_the_tokens_are_the_same(smollm2, prompt_ids, 
     """cpu_prepack=False: the model's own tensors through F.linear (the RAM-saving path)."""
     llm = make_llm(smollm2, cpu_prepack=False)
     assert not llm.runner.prepacked
-    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
+    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY,
+                               use_tqdm=False)) == hf_greedy
 
 
 def test_the_torch_attention_code_gives_the_same_tokens_as_the_c_kernels(smollm2, prompt_ids, hf_greedy):
     """On a CPU with AVX-512 the other tests' attention runs in C (the "cpu" backend); the torch
     backend's own gather + SDPA code must give HF's tokens as well."""
     llm = make_llm(smollm2, attention_backend="torch")
-    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY, use_tqdm=False)) == hf_greedy
+    assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY,
+                               use_tqdm=False)) == hf_greedy
 
 
 def test_reset_prefix_cache_makes_the_next_run_cold(smollm2, prompt_ids, hf_greedy):

@@ -36,7 +36,8 @@ def test_the_engine_rejects_exactly_what_the_scheduler_never_admits(num_blocks, 
 def test_the_pool_messages_name_the_limit():
     sched = Scheduler(BlockManager(2, 4), max_num_seqs=1)
     inputs = InputProcessor(tokenizer=None, vocab_size=10, max_model_len=1000, scheduler=sched)
-    with pytest.raises(ValueError, match=r"prompt has 9 tokens but the whole KV pool holds 8 \(2 blocks x 4\)"):
+    with pytest.raises(ValueError,
+                       match=r"prompt has 9 tokens but the whole KV pool holds 8 \(2 blocks x 4\)"):
         inputs.process({"prompt_token_ids": [1] * 9}, None)
     with pytest.raises(ValueError, match=r"prompt \(5 tokens\) \+ max_tokens \(5\) needs 3 KV blocks but the "
                                          r"pool has 2; lower max_tokens"):

@@ -70,7 +70,8 @@ def test_ctrl_c_in_the_middle_of_a_step_aborts_the_call(tiny, monkeypatch, forwa
 
     llm = _engine(tiny)
     monkeypatch.setattr(llm, "run_model", _on_call(forward, _ctrl_c, llm.run_model))
-    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match=r"2 unfinished request.*aborted"):
+    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning,
+                                                        match=r"2 unfinished request.*aborted"):
         llm.generate(PROMPTS, PARAMS, use_tqdm=False)
     monkeypatch.undo()
     assert llm.stats()["num_steps"] == forward  # the interrupted step is in the timeline

@@ -60,7 +60,8 @@ def test_an_edited_seed_is_caught_before_any_request_is_queued(tiny):
 def test_the_largest_seed_runs(tiny):
     """seed = 2**64 - n: the last completion samples with 2**64 - 1, the largest seed torch takes."""
     llm = _engine(tiny)
-    out = llm.generate(GOOD, SamplingParams(n=3, temperature=1.0, seed=2**64 - 3, max_tokens=2), use_tqdm=False)
+    out = llm.generate(GOOD, SamplingParams(n=3, temperature=1.0, seed=2**64 - 3, max_tokens=2),
+                       use_tqdm=False)
     assert len(out[0].outputs) == 3
 
 
@@ -69,7 +70,8 @@ def test_the_largest_seed_runs(tiny):
     ({"max_model_len": -5}, r"max_model_len must be an integer >= 2, got -5"),
     ({"max_model_len": True}, r"max_model_len must be an integer >= 2, got True"),
     ({"max_model_len": 2.5}, r"max_model_len must be an integer >= 2, got 2.5"),
-    ({"max_model_len": 10_000}, r"max_model_len=10000 is more than the model's context \(max_position_embeddings=256\)"),
+    ({"max_model_len": 10_000},
+     r"max_model_len=10000 is more than the model's context \(max_position_embeddings=256\)"),
     ({"enable_prefix_caching": "no"}, r"enable_prefix_caching must be True or False, got 'no'"),
     ({"enforce_eager": 1}, r"enforce_eager must be True or False, got 1"),
     ({"cpu_prepack": "auto"}, r"cpu_prepack must be True, False or None, got 'auto'"),
@@ -85,5 +87,6 @@ def test_bad_engine_arguments_name_the_argument_and_the_limit(tiny, kw, match):
 @pytest.mark.parametrize("kw,arg", [({"num_kv_blocks": 2**40}, "num_kv_blocks"),
                                     ({"num_kv_blocks": None, "kv_cache_memory": 2**60}, "kv_cache_memory")])
 def test_a_kv_pool_larger_than_memory_says_what_was_asked_and_what_to_lower(tiny, kw, arg):
-    with pytest.raises(MemoryError, match=rf"KV pool of \d+ blocks x 4 tokens needs \d+ bytes .* lower {arg}$"):
+    with pytest.raises(MemoryError,
+                       match=rf"KV pool of \d+ blocks x 4 tokens needs \d+ bytes .* lower {arg}$"):
         _engine(tiny, **kw)

@@ -44,7 +44,8 @@ PROMPTS = [{"prompt_token_ids": [5, 6, 7, 8, 9, 10]}, {"prompt_token_ids": [11, 
 
 def test_a_float_token_id_is_rejected_naming_its_index():
     llm = _llm()
-    with pytest.raises(ValueError, match=r"prompts\[1\]: prompt_token_ids\[0\] must be an integer token id, got 1.5"):
+    with pytest.raises(ValueError,
+                       match=r"prompts\[1\]: prompt_token_ids\[0\] must be an integer token id, got 1.5"):
         llm.generate([PROMPTS[0], {"prompt_token_ids": [1.5, 2]}], use_tqdm=False)
     with pytest.raises(ValueError, match=r"prompt_token_ids\[1\] must be an integer"):
         llm.generate({"prompt_token_ids": [1, True]}, use_tqdm=False)
@@ -89,7 +90,8 @@ def test_the_forward_reads_nothing_back_from_the_device(monkeypatch):
     reads = []
     for name in ("item", "tolist", "__int__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, _r=real: reads.append(_n) or _r(self, *a))
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda self, *a, _n=name, _r=real: reads.append(_n) or _r(self, *a))
     llm.run_model(batch)
     monkeypatch.undo()
     assert reads == []
@@ -149,8 +151,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_shows_in_stats(mon
     import dataclasses
 
     real = dispatch._candidates
-    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: ["reference", "torch"] if b == "auto"
-                        else real(b, kc, vc, q))
+    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: (
+        ["reference", "torch"] if b == "auto" else real(b, kc, vc, q)))
     calls = []
 
     def broken(*args, **kwargs):

@@ -1,4 +1,5 @@
-"""Bad requests: ValueError naming the field, raised before any work starts (one bad request loses no others)."""
+"""Bad requests: ValueError naming the field, raised before any work starts (one bad request loses no
+others)."""
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ GOOD = {"prompt_token_ids": [504, 3575, 282, 4649, 314]}
     ("", SamplingParams(), r"prompts\[1\]: prompt is empty"),
     ({"prompt_token_ids": []}, SamplingParams(), r"prompts\[1\]: prompt is empty"),
     ({"prompt_token_ids": [1] * 64}, SamplingParams(), r"prompts\[1\].*max_model_len\) is 64"),
-    ({"prompt_token_ids": [1] * 20}, SamplingParams(max_tokens=16), r"prompts\[1\].*max_tokens \(16\) needs 9 KV blocks.* 8"),
+    ({"prompt_token_ids": [1] * 20}, SamplingParams(max_tokens=16),
+     r"prompts\[1\].*max_tokens \(16\) needs 9 KV blocks.* 8"),
     ({"prompt_token_ids": [7, 49152]}, SamplingParams(), r"prompts\[1\].*outside \[0, 49152\)"),
     ({"tokens": [1, 2]}, SamplingParams(), "prompt_token_ids"),
 ])
@@ -39,7 +41,8 @@ def test_prompt_longer_than_the_whole_pool(smollm2):
         llm.generate({"prompt_token_ids": list(range(1, 10))}, use_tqdm=False)
 
 
-@pytest.mark.parametrize("field,value", [("max_tokens", 0), ("temperature", -1.0), ("top_p", 0.0), ("top_p", 1.5), ("n", 0)])
+@pytest.mark.parametrize("field,value", [("max_tokens", 0), ("temperature", -1.0), ("top_p", 0.0),
+                                         ("top_p", 1.5), ("n", 0)])
 def test_params_edited_after_creation_are_checked_again(llm, field, value):
     sp = SamplingParams()
     setattr(sp, field, value)
@@ -62,7 +65,8 @@ def test_a_rejected_batch_leaves_the_engine_usable(llm):
 
 def test_engine_arguments_are_checked(smollm2):
     model, tok, _ = smollm2
-    for kw, field in [({"attention_backend": "cuda"}, "attention_backend"), ({"preemption": "swap"}, "preemption"),
+    for kw, field in [({"attention_backend": "cuda"}, "attention_backend"),
+                      ({"preemption": "swap"}, "preemption"),
                       ({"block_size": 0}, "block_size"), ({"num_kv_blocks": 0}, "num_kv_blocks"),
                       ({"kv_cache_memory": 1000}, "kv_cache_memory"), ({"dtype": "bfloat16"}, "dtype"),
                       ({"compile_sizes": (2, 0)}, "compile_sizes"), ({"compile_sizes": ()}, "compile_sizes")]:
@@ -85,5 +89,6 @@ def _tiny_llama(dtype=torch.float32, bias=False):
 def test_compiled_decode_is_refused_where_it_was_not_built_for(smollm2):
     tok = smollm2[1]
     with pytest.raises(ValueError, match="enforce_eager=False compiles decode steps for CPU float32 only"):
-        LLM(_tiny_llama(torch.bfloat16), tokenizer=tok, dtype="bfloat16", enforce_eager=False, num_kv_blocks=4)
+        LLM(_tiny_llama(torch.bfloat16), tokenizer=tok, dtype="bfloat16", enforce_eager=False,
+            num_kv_blocks=4)
     # biases compile now (one decoder_layer for both paths): tests/test_engine_phases.py runs them

@@ -70,16 +70,20 @@ def test_prefix_cache_bars_split_prompt_tokens():
 
 
 def test_step_readout_says_what_changed_hands(log):
-    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=1, num_preempted=0, kv_usage=0.19),
-                dict(num_prefill=1, num_decode=1, num_running=2, num_waiting=0, num_preempted=0, kv_usage=0.44),
-                dict(num_prefill=0, num_decode=1, num_running=1, num_waiting=0, num_preempted=1, kv_usage=0.12)]
+    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=1, num_preempted=0,
+                     kv_usage=0.19),
+                dict(num_prefill=1, num_decode=1, num_running=2, num_waiting=0, num_preempted=0,
+                     kv_usage=0.44),
+                dict(num_prefill=0, num_decode=1, num_running=1, num_waiting=0, num_preempted=1,
+                     kv_usage=0.12)]
     one = engine_step_readout(log.events, timeline, 1, block_size=2)
     assert one.startswith("step 1 ran 1 prefill + 1 decode; admitted b (1 block for its 2-token prompt)")
     assert "new block" not in one  # a's 4th token still fitted in its last block
     assert one.endswith("2 running, 0 waiting, 44% of the slots hold tokens")
     two = engine_step_readout(log.events, timeline, 2, block_size=2)
     assert "blocks back to the pool: a (2 blocks)" in two and "1 preempted" in two
-    grown = engine_step_readout(log.events, timeline, 1, block_size=3)  # 4 tokens in blocks of 3: a second block
+    # 4 tokens in blocks of 3: a second block
+    grown = engine_step_readout(log.events, timeline, 1, block_size=3)
     assert "a new block for a" in grown
     with pytest.raises(ValueError, match="step"):
         engine_step_readout(log.events, timeline, 3, block_size=2)
@@ -94,7 +98,8 @@ def test_pool_figure_holds_still_and_names_the_requests():
     """07's slider grew and shrank the figure as sequences came and went, and its readout said "a new
     block for 4", which reads as four tokens."""
     bm = BlockManager(num_blocks=8, block_size=2)
-    for step, (kind, sid, n) in enumerate([("allocate", 3, 3), ("allocate", 4, 2), ("append", 4, 9), ("free", 3, 0)]):
+    for step, (kind, sid, n) in enumerate([("allocate", 3, 3), ("allocate", 4, 2), ("append", 4, 9),
+                                           ("free", 3, 0)]):
         bm.clock = step
         if kind == "allocate":
             bm.allocate(sid, list(range(n)))
@@ -103,10 +108,12 @@ def test_pool_figure_holds_still_and_names_the_requests():
         else:
             bm.free(sid)
     figs = [fig_engine_pool(bm.events, 8, 2, step=k) for k in range(4)]
-    assert len({(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range)) for f in figs}) == 1
+    assert len({(f.layout.height, tuple(f.layout.xaxis.range), tuple(f.layout.yaxis.range))
+                for f in figs}) == 1
     tables = next(t for t in figs[1].data if t.name == "tables").text
     assert any("<b>request 4</b>" in t for t in tables)
-    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=0, num_preempted=0, kv_usage=0.2)] * 4
+    timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=0, num_preempted=0,
+                     kv_usage=0.2)] * 4
     assert "a new block for request 4" in engine_step_readout(bm.events, timeline, 2, block_size=2)
 
 

@@ -32,7 +32,8 @@ def test_arguments(gc, tmp_path, capsys):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_it_exits_at_once_with_a_clear_message(tmp_path):
     start = time.monotonic()
-    res = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "o")], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "o")], capture_output=True,
+                         text=True,
                          timeout=120)  # fmt: skip
     assert res.returncode == 2
     assert "needs a CUDA GPU" in res.stderr and "nothing was run" in res.stderr
@@ -41,8 +42,10 @@ def test_without_a_gpu_it_exits_at_once_with_a_clear_message(tmp_path):
 
 
 def test_report_names_the_gpu_each_command_and_failures(gc, tmp_path):
-    results = [gc.Result("bandwidth", "best share of peak", 81.5, "%", gc.TARGETS["bandwidth"], True, "python x --only bandwidth"),
-               gc.Result("throughput", "engine / static batching", 2.1, "x", gc.TARGETS["throughput"], False, "python x --only throughput"),
+    results = [gc.Result("bandwidth", "best share of peak", 81.5, "%", gc.TARGETS["bandwidth"], True,
+                         "python x --only bandwidth"),
+               gc.Result("throughput", "engine / static batching", 2.1, "x", gc.TARGETS["throughput"], False,
+                         "python x --only throughput"),
                gc.Result("identity", "tokens compared", 250, command="python x --only identity")]  # fmt: skip
     env = {"python": "3.12.0", "torch": "2.11.0", "gpu": "NVIDIA H200 (sm_90, 1 visible)"}
     md, csv_path = gc.write_report(results, env, tmp_path / "out", 321.0)

@@ -16,7 +16,8 @@ from paged_lab.tools import gpu
 ROOT = Path(__file__).resolve().parents[1]
 NB06 = ROOT / "notebooks" / "06_triton_paged_attention.ipynb"
 NB07 = ROOT / "notebooks" / "07_paged_engine_real_model.ipynb"
-CONSTRUCTORS = {"randn", "zeros", "ones", "full", "arange", "tensor", "empty", "rand", "randint", "random_paged_kv"}
+CONSTRUCTORS = {"randn", "zeros", "ones", "full", "arange", "tensor", "empty", "rand", "randint",
+                "random_paged_kv"}
 
 
 def _load_script(path: Path):
@@ -37,15 +38,19 @@ def _fake_gpu(monkeypatch, cc=(8, 0), name="NVIDIA A100-SXM4-80GB"):
 def _tensors_off_device(source: str) -> list[str]:
     """Tensor constructors that neither pass ``device=`` nor are moved with ``.to(DEVICE)``."""
     tree = ast.parse(source)
-    moved = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == "to" and any(isinstance(a, ast.Name) and a.id == "DEVICE" for a in n.args)}  # fmt: skip
+    moved = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "to" and any(isinstance(a, ast.Name) and a.id == "DEVICE"
+                                             for a in n.args)}  # fmt: skip
     bad = []
     for n in ast.walk(tree):
         if not isinstance(n, ast.Call):
             continue
         name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
-        in_kernel = isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "tl"  # tl.arange: device code
-        if name in CONSTRUCTORS and not in_kernel and id(n) not in moved and not any(k.arg == "device" for k in n.keywords):
+        # tl.arange: device code
+        in_kernel = isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "tl"
+        if (name in CONSTRUCTORS and not in_kernel and id(n) not in moved
+                and not any(k.arg == "device" for k in n.keywords)):
             bad.append(ast.unparse(n)[:80])
     return bad
 
@@ -73,7 +78,8 @@ def test_notebook_06_takes_its_gpu_path_when_cuda_is_present(monkeypatch, capsys
 
     def fake_sweep(**kw):
         sweeps.append(kw)
-        return [dict(context_len=1024, batch=1, block_size=16, paged_ms=1.0, sdpa_ms=1.0, gbs=1.0, pct_peak=None,
+        return [dict(context_len=1024, batch=1, block_size=16, paged_ms=1.0, sdpa_ms=1.0, gbs=1.0,
+                     pct_peak=None,
                      max_abs_err=0.0)]  # fmt: skip
 
     monkeypatch.setattr(bench, "sweep", fake_sweep)
@@ -85,10 +91,12 @@ def test_notebook_06_takes_its_gpu_path_when_cuda_is_present(monkeypatch, capsys
         printed.append(capsys.readouterr().out)
     out = "\n".join(printed)
     assert "skipped" not in out, "with CUDA present no cell of notebook 06 may skip"
-    assert len(sweeps) == 1 and sweeps[0]["device"] == ns["DEVICE"]  # the benchmark ran (GPU branch) on DEVICE
+    # the benchmark ran (GPU branch) on DEVICE
+    assert len(sweeps) == 1 and sweeps[0]["device"] == ns["DEVICE"]
     assert sweeps[0]["dtype"] == getattr(torch, gpu.model_dtype(ns["DEVICE"]))  # bf16 / fp16 on a real GPU
     assert "NVIDIA A100-SXM4-80GB: " in out
-    assert "Triton, Triton's interpreter" in out  # DEVICE is the CPU here; on a real GPU: "compiled for sm_80"
+    # DEVICE is the CPU here; on a real GPU: "compiled for sm_80"
+    assert "Triton, Triton's interpreter" in out
 
 
 # ----------------------------------------------------------------------------- dtype, model, Triton
@@ -147,7 +155,8 @@ def test_notebook_07_gpu_cells_move_inputs_and_pick_dtype_and_model():
     assert "model_dtype(" in src and "llama_model_name(" in src
     assert "compare_greedy(" in src and "hf_greedy(" in src
     gpu_cells = [c.source for c in _code_cells(NB07) if "torch.cuda.is_available()" in c.source]
-    assert gpu_cells and not any(".input_ids" in s and "hf_greedy" not in s and ".to(" not in s for s in gpu_cells)
+    assert gpu_cells and not any(".input_ids" in s and "hf_greedy" not in s and ".to(" not in s
+                                 for s in gpu_cells)
     assert not any('"meta-llama/Llama-3.2-1B-Instruct"' in s for s in gpu_cells)  # chosen by llama_model_name
 
 
@@ -169,7 +178,8 @@ def kernel_bench():
 def test_kernel_bench_rejects_bad_arguments(kernel_bench, capsys):
     for argv, msg in ((["--block-sizes", "16,24"], "not supported"), (["--iters", "0"], "must be >= 1"),
                       (["--batches", "0,8"], "positive"), (["--block-sizes", "x"], "integers"),
-                      (["--heads", "30", "--kv-heads", "8"], "multiple"), (["--peak-gbs", "0"], "> 0")):  # fmt: skip
+                      (["--heads", "30", "--kv-heads", "8"], "multiple"),
+                      (["--peak-gbs", "0"], "> 0")):  # fmt: skip
         with pytest.raises(SystemExit):
             kernel_bench.parse_args(argv)
         assert msg in capsys.readouterr().err, argv
@@ -190,7 +200,8 @@ def test_peak_bandwidth_matches_gpu_names_exactly():
     assert bench.peak_gbs_for_name("NVIDIA A100-SXM4-64GB") is None  # unknown A100: no A10 fallback
     assert bench.peak_gbs_for_name("Tesla T4") == 320
     assert bench.peak_gbs_for_name("NVIDIA GeForce RTX 4090") == 1008
-    assert bench.peak_gbs_for_name("NVIDIA H100 PCIe") == 2000 and bench.peak_gbs_for_name("NVIDIA H200") == 4800
+    assert (bench.peak_gbs_for_name("NVIDIA H100 PCIe") == 2000
+            and bench.peak_gbs_for_name("NVIDIA H200") == 4800)
     assert bench.peak_gbs_for_name("NVIDIA L40S") == 864 and bench.peak_gbs_for_name("NVIDIA L4") == 300
 
 

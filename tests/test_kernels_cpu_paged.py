@@ -93,14 +93,16 @@ def _slots_of_last_tokens(kv) -> torch.Tensor:
 @given(lens=st.lists(st.integers(1, 70), min_size=1, max_size=5), block_size=st.sampled_from([1, 3, 16]),
        num_kv_heads=st.sampled_from([1, 2, 3]), group=st.sampled_from([1, 3, 4, 5, 12]),
        head_dim=st.sampled_from([16, 48, 64, 128]), seed=st.integers(0, 2**16))
-def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, num_kv_heads, group, head_dim, seed):
+def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, num_kv_heads, group, head_dim,
+                                                              seed):
     """Every shape the kernel takes: compiled-in (group, head_dim) pairs and the runtime-sized path
     (group 5 or 12 at head_dim 128, head_dim 48); the unused slots hold NaN, which must not leak in."""
     kv = random_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     S, H = len(lens), num_kv_heads * group
     q = torch.randn(S, H, head_dim, generator=g)  # [num_seqs, heads, d]
-    k, v = torch.randn(S, num_kv_heads, head_dim, generator=g), torch.randn(S, num_kv_heads, head_dim, generator=g)
+    k, v = (torch.randn(S, num_kv_heads, head_dim, generator=g),
+            torch.randn(S, num_kv_heads, head_dim, generator=g))
     slots = _slots_of_last_tokens(kv)
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     reference.store_kv(k, v, want_k, want_v, slots)
@@ -119,7 +121,8 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
 def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
     kv = random_paged_kv([5, 9], block_size=4, num_kv_heads=2, head_dim=64, seed=3)
     g = torch.Generator().manual_seed(4)
-    q, k, v = torch.randn(2, 4, 64, generator=g), torch.randn(2, 2, 64, generator=g), torch.randn(2, 2, 64, generator=g)
+    q, k, v = (torch.randn(2, 4, 64, generator=g), torch.randn(2, 2, 64, generator=g),
+               torch.randn(2, 2, 64, generator=g))
     slots = _slots_of_last_tokens(kv)
     slots[0] = -1
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
@@ -157,14 +160,15 @@ def _prompts(draw):
 @settings(max_examples=40, deadline=None)
 @given(prompts=_prompts(), block_size=st.sampled_from([1, 4, 16]), num_kv_heads=st.sampled_from([1, 3]),
        group=st.sampled_from([1, 3, 5]), head_dim=st.sampled_from([32, 64, 128]), seed=st.integers(0, 2**16))
-def test_prefill_matches_reference_for_whole_and_chunked_prompts(prompts, block_size, num_kv_heads, group, head_dim,
-                                                                 seed):
+def test_prefill_matches_reference_for_whole_and_chunked_prompts(prompts, block_size, num_kv_heads, group,
+                                                                 head_dim, seed):
     """Query tokens are the last q_len positions of each context (a whole prompt when q_len == len, a
     chunk or a prompt after cached blocks otherwise): causal over the paged context."""
     lens, q_lens = prompts
     kv = random_paged_kv(lens, block_size=block_size, num_kv_heads=num_kv_heads, head_dim=head_dim, seed=seed)
     qsl = torch.tensor([0] + [sum(q_lens[: i + 1]) for i in range(len(q_lens))], dtype=torch.int32)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=torch.Generator().manual_seed(seed))
+    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim,
+                    generator=torch.Generator().manual_seed(seed))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
     assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
     got = cpu_paged.prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
@@ -190,7 +194,8 @@ def test_the_cpu_and_torch_backends_give_the_same_decode():
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     ref32 = paged_attention_decode(*args, backend="reference")
     for backend in ("cpu", "torch"):
-        _assert_fp32_accurate(paged_attention_decode(*args, backend=backend), ref32, *args[:5], _decode_qsl(4))
+        _assert_fp32_accurate(paged_attention_decode(*args, backend=backend), ref32, *args[:5],
+                              _decode_qsl(4))
 
 
 def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
@@ -205,7 +210,8 @@ def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
     q = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(0)).half()
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     torch.testing.assert_close(paged_attention_decode(*args, backend="torch").float(),
-                               paged_attention_decode(*args, backend="reference").float(), atol=2e-2, rtol=2e-2)
+                               paged_attention_decode(*args, backend="reference").float(), atol=2e-2,
+                               rtol=2e-2)
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
     assert not cpu_paged.usable(torch.zeros(1, 4, 64), kv.k_cache, kv.v_cache)  # fp32 q over a bf16 cache
 
@@ -221,7 +227,8 @@ def test_a_bf16_cache_is_read_in_place_and_attended_in_fp32():
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     got = paged_attention_decode(*args, backend="cpu")
     assert got.dtype == torch.bfloat16
-    want = paged_attention_decode(q.float(), kv.k_cache.float(), kv.v_cache.float(), *args[3:], backend="reference")
+    want = paged_attention_decode(q.float(), kv.k_cache.float(), kv.v_cache.float(), *args[3:],
+                                  backend="reference")
     torch.testing.assert_close(got.float(), want, atol=0, rtol=2 ** -7)  # fp32 math, one bf16 rounding
     qp = torch.randn(3 + 4, 6, 64, generator=g).bfloat16()  # prefill: the last 1, 2 and 4 tokens of each
     qsl = torch.tensor([0, 1, 3, 7], dtype=torch.int32)
@@ -240,9 +247,11 @@ print(cpu_paged.available(), cpu_paged.why_unavailable())
 
 @pytest.mark.parametrize("env, expect", [({"PAGED_LAB_CPU_KERNELS": "0"}, "PAGED_LAB_CPU_KERNELS=0"),
                                          ({"CC": "/bin/false"}, "could not build"),
-                                         ({"PAGED_LAB_CACHE": "/proc/no-such-folder"}, "could not build or load")])
+                                         ({"PAGED_LAB_CACHE": "/proc/no-such-folder"},
+                                          "could not build or load")])
 def test_without_the_kernel_it_says_why(tmp_path, env, expect):
-    if "PAGED_LAB_CPU_KERNELS" not in env and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+    if ("PAGED_LAB_CPU_KERNELS" not in env
+            and not torch.backends.cpu.get_cpu_capability().startswith("AVX512")):
         pytest.skip("no AVX-512: the compiler is never tried")
     full = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path), **env}
     res = subprocess.run([sys.executable, "-c", _WHY], capture_output=True, text=True, env=full, timeout=120)
@@ -284,7 +293,8 @@ def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
     env = {**os.environ, "PAGED_LAB_CACHE": str(tmp_path / "cache")}
 
     def load():
-        res = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True, env=env, timeout=120)
+        res = subprocess.run([sys.executable, "-c", _LOAD], capture_output=True, text=True, env=env,
+                             timeout=120)
         assert res.returncode == 0, res.stderr[-2000:]
         return json.loads(res.stdout)
 
@@ -304,13 +314,15 @@ def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
 
 
 def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
-    """No library is loaded from a folder someone else owns (here: this process pretends to be another uid)."""
+    """No library is loaded from a folder someone else owns
+    (here: this process pretends to be another uid)."""
     folder = tmp_path / "kernels"
     assert cpu_paged._private_folder(folder) is None
     assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others
     monkeypatch.setattr(os, "getuid", lambda: folder.stat().st_uid + 1)
     why = cpu_paged._private_folder(folder)
-    assert why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why and "PAGED_LAB_CACHE" in why
+    assert (why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why
+            and "PAGED_LAB_CACHE" in why)
 
 
 def test_only_a_closed_file_matching_its_sidecar_counts_as_our_build(tmp_path):

@@ -51,7 +51,8 @@ def test_auto_is_torch_on_cpu_and_unknown_backend_is_named(kv):
 def test_paged_attention_dispatches_decode_and_prefill(kv):
     q = torch.randn(2, 9, 64)
     args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
-    torch.testing.assert_close(paged_attention(q, *args), paged_attention_decode(q, *args, backend="reference"))
+    torch.testing.assert_close(paged_attention(q, *args),
+                               paged_attention_decode(q, *args, backend="reference"))
     qsl = torch.tensor([0, 1, 2], dtype=torch.int32)
     torch.testing.assert_close(
         paged_attention(q, *args, query_start_loc=qsl),
@@ -63,14 +64,20 @@ def test_paged_attention_dispatches_decode_and_prefill(kv):
     ("over", "exc", "match"),
     [
         (dict(q=torch.randn(2, 9)), ValueError, r"q must have 3 dims"),
-        (dict(q=torch.randn(2, 8, 64)), ValueError, r"num_heads 8 must be a multiple of the cache num_kv_heads 3"),
+        (dict(q=torch.randn(2, 8, 64)), ValueError,
+         r"num_heads 8 must be a multiple of the cache num_kv_heads 3"),
         (dict(q=torch.randn(2, 9, 32)), ValueError, r"head_dim 32 must equal the cache head_dim 64"),
-        (dict(q=torch.randn(2, 9, 64).half()), TypeError, r"q dtype torch.float16 must equal the cache dtype"),
+        (dict(q=torch.randn(2, 9, 64).half()), TypeError,
+         r"q dtype torch.float16 must equal the cache dtype"),
         (dict(q=torch.randn(2, 9, 64).double()), TypeError, r"k_cache dtype must be one of|q dtype"),
-        (dict(block_tables=torch.zeros(2, 3)), TypeError, r"block_tables dtype must be one of \(int32, int64\)"),
-        (dict(block_tables=torch.zeros(3, 3, dtype=torch.int32)), ValueError, r"both must equal num_seqs = 2"),
-        (dict(context_lens=torch.tensor([0, 3], dtype=torch.int32)), ValueError, r"context_lens must be >= 1"),
-        (dict(context_lens=torch.tensor([5, 25], dtype=torch.int32)), ValueError, r"exceeds what block_tables"),
+        (dict(block_tables=torch.zeros(2, 3)), TypeError,
+         r"block_tables dtype must be one of \(int32, int64\)"),
+        (dict(block_tables=torch.zeros(3, 3, dtype=torch.int32)), ValueError,
+         r"both must equal num_seqs = 2"),
+        (dict(context_lens=torch.tensor([0, 3], dtype=torch.int32)), ValueError,
+         r"context_lens must be >= 1"),
+        (dict(context_lens=torch.tensor([5, 25], dtype=torch.int32)), ValueError,
+         r"exceeds what block_tables"),
         (dict(scale=0.0), ValueError, r"scale must be a positive float"),
     ],
 )
@@ -119,11 +126,14 @@ def test_store_kv_rejects_bad_shapes_and_slots(kv):
 def test_triton_backend_names_the_unsupported_block_size_and_head_dim():
     small = random_paged_kv([5], block_size=4, num_kv_heads=1, head_dim=64)
     q = torch.randn(1, 2, 64)
-    with pytest.raises(ValueError, match=r"does not support block_size 4 \(the Triton kernels support \(8, 16"):
-        paged_attention_decode(q, small.k_cache, small.v_cache, small.block_tables, small.context_lens, 0.1, "triton")
+    with pytest.raises(ValueError,
+                       match=r"does not support block_size 4 \(the Triton kernels support \(8, 16"):
+        paged_attention_decode(q, small.k_cache, small.v_cache, small.block_tables, small.context_lens, 0.1,
+                               "triton")
     odd = random_paged_kv([5], block_size=8, num_kv_heads=1, head_dim=32)
     with pytest.raises(ValueError, match=r"head_dim 32 \(the Triton kernels support \(64, 128\)\)"):
-        paged_attention_decode(torch.randn(1, 2, 32), odd.k_cache, odd.v_cache, odd.block_tables, odd.context_lens,
+        paged_attention_decode(torch.randn(1, 2, 32), odd.k_cache, odd.v_cache, odd.block_tables,
+                               odd.context_lens,
                                0.1, "triton")  # fmt: skip
     # the reference handles both
     out = paged_attention_decode(q, small.k_cache, small.v_cache, small.block_tables, small.context_lens, 0.1)
@@ -179,8 +189,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_is_counted(kv, mon
 
     first = resolve_backend("auto", kv.k_cache, kv.v_cache, torch.randn(2, 9, 64))
     if first == "torch":  # nothing to fall back from on this machine: make "auto" list the reference first
-        monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: ["reference", "torch"] if b == "auto"
-                            else [b])
+        monkeypatch.setattr(dispatch, "_candidates",
+                            lambda b, kc, vc, q=None: ["reference", "torch"] if b == "auto" else [b])
         first = "reference"
     args = _decode_args(kv)
     want = paged_attention_decode(**args, backend="torch")
@@ -191,7 +201,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_is_counted(kv, mon
             torch.testing.assert_close(paged_attention_decode(**args, stats=stats), want)
     assert stats.failures[first] == 3 and stats.calls["torch"] == 3  # tried every call, not switched off
     assert "no kernel image" in stats.last_error[first]
-    assert sum("no kernel image" in r.getMessage() for r in caplog.records) == 1  # logged once, counted always
+    # logged once, counted always
+    assert sum("no kernel image" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(RuntimeError, match="no kernel image"):
         paged_attention_decode(**args, backend=first)
 
@@ -199,7 +210,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_is_counted(kv, mon
 def test_a_named_backend_that_cannot_take_the_tensors_says_why(kv):
     with pytest.raises(ValueError, match="backend='cpu' does not support"):
         paged_attention_decode(**_decode_args(kv, k_cache=kv.k_cache.half(), v_cache=kv.v_cache.half(),
-                                              q=torch.randn(2, 9, 64).half()), backend="cpu")  # fp16: not taken
+                                              # fp16: not taken
+                                              q=torch.randn(2, 9, 64).half()), backend="cpu")
 
 
 def test_triton_backend_rejects_a_cache_whose_head_dim_is_not_contiguous(kv):
@@ -209,7 +221,8 @@ def test_triton_backend_rejects_a_cache_whose_head_dim_is_not_contiguous(kv):
     with pytest.raises(ValueError, match=r"cache strides .* need head_dim contiguous"):
         paged_attention_decode(**_decode_args(kv, k_cache=k_t, v_cache=v_t), backend="triton")
     torch.manual_seed(0)
-    out = paged_attention_decode(**_decode_args(kv, k_cache=k_t, v_cache=v_t, q=torch.randn(2, 9, 64)), backend="torch")
+    out = paged_attention_decode(**_decode_args(kv, k_cache=k_t, v_cache=v_t, q=torch.randn(2, 9, 64)),
+                                 backend="torch")
     torch.manual_seed(0)
     ref = paged_attention_decode(**_decode_args(kv, q=torch.randn(2, 9, 64)), backend="torch")
     torch.testing.assert_close(out, ref)  # the torch path reads any layout
@@ -248,7 +261,8 @@ def test_a_dense_but_not_contiguous_q_gets_the_same_attention_on_every_backend(b
     last = kv.context_lens.long() - 1
     slots = kv.block_tables.long().gather(1, (last // 8)[:, None]).squeeze(1) * 8 + last % 8
     k, v = kv.k_cache.view(-1, 2, 64)[slots].clone(), kv.v_cache.view(-1, 2, 64)[slots].clone()
-    got = store_and_decode(q, k, v, kv.k_cache.clone(), kv.v_cache.clone(), slots, kv.block_tables, kv.context_lens,
+    got = store_and_decode(q, k, v, kv.k_cache.clone(), kv.v_cache.clone(), slots, kv.block_tables,
+                           kv.context_lens,
                            0.125, backend=backend)
     torch.testing.assert_close(got, paged_attention_decode(q.contiguous(), *args, 0.125, backend="reference"),
                                atol=1e-5, rtol=1e-5)
@@ -256,5 +270,6 @@ def test_a_dense_but_not_contiguous_q_gets_the_same_attention_on_every_backend(b
     qsl = torch.tensor([0, 3, 7], dtype=torch.int32)  # the last 3 tokens of seq 0, the last 4 of seq 1
     assert not qp.is_contiguous()
     got = paged_attention_prefill(qp, *args, qsl, 0.125, backend=backend)
-    torch.testing.assert_close(got, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125, backend="reference"),
+    torch.testing.assert_close(got, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125,
+                                                            backend="reference"),
                                atol=1e-5, rtol=1e-5)

@@ -27,13 +27,15 @@ def test_prefill_with_a_shared_plan_equals_the_plain_call():
     kv = random_paged_kv(lens, block_size=4, num_kv_heads=2, head_dim=64, seed=3)
     q_lens = [5, 3, 6]  # a whole prompt, then chunks that start mid-block
     qsl = torch.tensor([0, 5, 8, 14], dtype=torch.int32)
-    q = torch.randn(sum(q_lens), 8, 64, generator=torch.Generator().manual_seed(4))  # [num_tokens, heads, dim]
+    # [num_tokens, heads, dim]
+    q = torch.randn(sum(q_lens), 8, 64, generator=torch.Generator().manual_seed(4))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
     plain = paged_attention_prefill(*args, backend="torch")
     plan = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, query_start_loc=qsl)
     fast = paged_attention_prefill(*args, backend="torch", validate=False, plan=plan)
     torch.testing.assert_close(fast, plain)
-    torch.testing.assert_close(fast, paged_attention_prefill(*args, backend="reference"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast, paged_attention_prefill(*args, backend="reference"), atol=1e-5,
+                               rtol=1e-5)
 
 
 def test_store_through_a_plan_writes_the_same_slots_and_skips_padding():
@@ -71,7 +73,8 @@ def test_store_and_decode_on_one_layer_tensor_equals_store_then_decode():
     slots = kv.block_tables.long().gather(1, (last // 4)[:, None]).squeeze(1) * 4 + last % 4
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     store_kv(k, v, want_k, want_v, slots, backend="reference")
-    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125, backend="reference")
+    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125,
+                                  backend="reference")
     layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
     plan = plan_gather(kv.block_tables, kv.context_lens, kv.block_size, slot_mapping=slots)
     got = fused_store_and_decode(q, k, v, layer, plan, 0.125)
@@ -138,15 +141,18 @@ def test_dispatch_store_and_decode_equals_store_then_decode(backend, one_tensor)
     kv = random_paged_kv([3, 9, 16, 30], block_size=4, num_kv_heads=3, head_dim=64, seed=7)
     g = torch.Generator().manual_seed(8)
     S = kv.block_tables.shape[0]
-    q, k, v = torch.randn(S, 9, 64, generator=g), torch.randn(S, 3, 64, generator=g), torch.randn(S, 3, 64, generator=g)
+    q, k, v = torch.randn(S, 9, 64, generator=g), torch.randn(S, 3, 64, generator=g), torch.randn(S, 3, 64,
+                                                                                                  generator=g)
     last = kv.context_lens.long() - 1
     slots = kv.block_tables.long().gather(1, (last // 4)[:, None]).squeeze(1) * 4 + last % 4
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     store_kv(k, v, want_k, want_v, slots, backend="reference")
-    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125, backend="reference")
+    want = paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125,
+                                  backend="reference")
     layer = torch.stack((kv.k_cache, kv.v_cache))  # [2, num_blocks, block_size, kv_heads, d]
     k_cache, v_cache = (layer[0], layer[1]) if one_tensor else (kv.k_cache.clone(), kv.v_cache.clone())
-    plan = plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots) if uses_plan(backend, k_cache) else None
+    plan = (plan_gather(kv.block_tables, kv.context_lens, 4, slot_mapping=slots)
+            if uses_plan(backend, k_cache) else None)
     got = store_and_decode(q, k, v, k_cache, v_cache, slots, kv.block_tables, kv.context_lens, 0.125,
                            backend=backend, plan=plan)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -87,7 +87,8 @@ def test_plans_that_do_not_belong_to_the_call_raise_a_value_error_naming_plan():
     res = subprocess.run([sys.executable, "-c", _CHILD, *backends], capture_output=True, text=True, env=env,
                          timeout=300)
     got = {(b, name): result for b, name, result in map(json.loads, res.stdout.splitlines())}
-    assert res.returncode == 0, f"the child died (rc {res.returncode}) after {len(got)} calls: {res.stderr[-2000:]}"
+    assert res.returncode == 0, (f"the child died (rc {res.returncode}) after {len(got)} calls: "
+                                 f"{res.stderr[-2000:]}")
     assert set(CASES) <= {name for _, name in got}, "the child and CASES list different cases"
     wrong = {key: result for key, result in got.items()
              if not (result.startswith("ValueError: plan") and CASES[key[1]] in result)}
@@ -104,7 +105,8 @@ def test_the_plan_built_from_the_call_passes_and_gives_the_same_attention():
     assert plan_mismatch(plan, 8, bt, cl) is None
     args = (kv.k_cache, kv.v_cache, bt, cl)
     torch.testing.assert_close(paged_attention_decode(q, *args, 0.125, plan=plan),
-                               paged_attention_decode(q, *args, 0.125, backend="reference"), atol=1e-5, rtol=1e-5)
+                               paged_attention_decode(q, *args, 0.125, backend="reference"), atol=1e-5,
+                               rtol=1e-5)
     qsl = torch.tensor([0, 2, 6], dtype=torch.int32)
     slots = torch.tensor([3, -1, 40, 41, 42, -1])
     plan = plan_gather(bt, cl, 8, max_ctx=20, query_start_loc=qsl, slot_mapping=slots, max_query_len=4)
@@ -119,5 +121,6 @@ def test_max_query_len_below_the_longest_query_is_refused():
     kv = random_paged_kv([5, 20], block_size=8, num_kv_heads=2, head_dim=64, seed=1)
     qsl = torch.tensor([0, 2, 6], dtype=torch.int32)
     with pytest.raises(ValueError, match="max_query_len 3 is less than the longest query, 4 tokens"):
-        paged_attention_prefill(torch.randn(6, 4, 64), kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens,
+        paged_attention_prefill(torch.randn(6, 4, 64), kv.k_cache, kv.v_cache, kv.block_tables,
+                                kv.context_lens,
                                 qsl, 0.125, max_query_len=3)

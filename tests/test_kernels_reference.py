@@ -95,7 +95,8 @@ def test_decode_half_precision_within_dtype_tolerance(dtype):
 def test_prefill_reference_and_torch_match_causal_contiguous_attention(data, block_size, group, seed):
     d, kvh = 16, 2
     lens = data.draw(st.lists(st.integers(0, 50), min_size=1, max_size=3), label="context_lens")
-    q_lens = [data.draw(st.integers(0, n), label="query_len") for n in lens]  # last q_len positions are queries
+    # last q_len positions are queries
+    q_lens = [data.draw(st.integers(0, n), label="query_len") for n in lens]
     kv = random_paged_kv(lens, block_size, kvh, d, table_pad=-1, seed=seed)
     q = torch.randn(sum(q_lens), kvh * group, d, generator=torch.Generator().manual_seed(seed))
     qsl = _qsl(q_lens)
@@ -141,7 +142,8 @@ def test_decode_equals_last_row_of_prefill(backend):
         q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, d**-0.5, backend=backend
     )
     last = torch.stack([q[4], q[37]])
-    dec = paged_attention_decode(last, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, d**-0.5, backend)
+    dec = paged_attention_decode(last, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, d**-0.5,
+                                 backend)
     _close(dec, torch.stack([pre[4], pre[37]]), torch.float32)
 
 
@@ -160,7 +162,8 @@ def test_stepwise_program_and_split_merge_match_the_reference(lens, block_size, 
     d, kvh = 16, 2
     kv = random_paged_kv(lens, block_size, kvh, d, seed=seed)
     q = torch.randn(len(lens), kvh * group, d, generator=torch.Generator().manual_seed(seed))
-    ref = paged_attention_decode(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, d**-0.5, "reference")
+    ref = paged_attention_decode(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, d**-0.5,
+                                 "reference")
     for i, n in enumerate(lens):
         nb = -(-n // block_size)
         per = -(-nb // num_splits)
@@ -196,7 +199,8 @@ def test_fig_paged_pool_colours_each_slot_by_owner_and_marks_empty_and_free_slot
     fig = fig_paged_pool(kv.block_tables, kv.context_lens, kv.k_cache.shape[0], 8)
     z = fig.data[0].z
     bt = kv.block_tables.tolist()
-    assert z[bt[0][0]][0] == 0 and z[bt[0][4]][4] == 0 and z[bt[0][4]][5] == 0.5  # token 36 held, slot 37 empty
+    # token 36 held, slot 37 empty
+    assert z[bt[0][0]][0] == 0 and z[bt[0][4]][4] == 0 and z[bt[0][4]][5] == 0.5
     assert z[bt[1][1]][7] == 1 and z[bt[2][0]][5] == 2.5
     free = set(range(11)) - {b for row, n in zip(bt, [5, 2, 1]) for b in row[:n]}
     assert len(free) == 3 and all(z[b] == [-1.0] * 8 for b in free)
@@ -236,15 +240,16 @@ def test_fig_block_size_tradeoff_and_readout_use_the_costs():
     assert list(fig.data[0].y) == [block_size_cost(lens, b).lookups_per_seq for b in (1, 16)]
     assert fig.data[1].y[0] == 0 and fig.data[1].y[1] == 100 * block_size_cost(lens, 16).waste_frac
     c = block_size_cost(lens, 16)
-    assert f"{c.wasted_slots:,} of {c.slots:,} slots empty" in tradeoff_readout(block_size=16, mean_context=100,
-                                                                                num_seqs=10, seed=1)  # fmt: skip
+    assert f"{c.wasted_slots:,} of {c.slots:,} slots empty" in tradeoff_readout(
+        block_size=16, mean_context=100, num_seqs=10, seed=1)  # fmt: skip
 
 
 def test_fig_kernel_bench_draws_one_line_per_batch_and_block_size():
     from paged_lab.viz.kernels import fig_kernel_bench
 
     # figure plumbing only: these rows are test inputs, not measurements
-    rows = [dict(batch=b, block_size=16, context_len=n, gbs=float(n * b), pct_peak=None, vs_sdpa=1.0, device="x")
+    rows = [dict(batch=b, block_size=16, context_len=n, gbs=float(n * b), pct_peak=None, vs_sdpa=1.0,
+                 device="x")
             for b in (1, 32) for n in (4096, 1024)]  # fmt: skip
     fig = fig_kernel_bench(rows, metric="gbs")
     assert [t.name for t in fig.data] == ["batch 1, block 16", "batch 32, block 16"]

@@ -19,7 +19,8 @@ from paged_lab.kernels.synthetic import random_paged_kv
 # would decorate triton's own helpers as compiled functions and break the interpreter.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
-TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # abs and rel, vs the fp32-math reference
+# abs and rel, vs the fp32-math reference
+TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -35,7 +36,8 @@ def _check(out, ref, dtype):
 
 def _decode(lens, block_size, num_kv_heads, group, head_dim, dtype, num_splits, seed=0):
     kv = random_paged_kv(lens, block_size, num_kv_heads, head_dim, dtype=dtype, table_pad=-1, seed=seed)
-    q = torch.randn(len(lens), num_kv_heads * group, head_dim, generator=torch.Generator().manual_seed(seed + 1))
+    q = torch.randn(len(lens), num_kv_heads * group, head_dim,
+                    generator=torch.Generator().manual_seed(seed + 1))
     args = (q.to(dtype), kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, head_dim**-0.5)
     out = paged_attention_decode(*args, backend="triton", num_splits=num_splits)
     _check(out, paged_attention_decode(*args, backend="reference"), dtype)
@@ -46,7 +48,8 @@ def _prefill(lens, q_lens, block_size, num_kv_heads, group, head_dim, dtype, see
     gen = torch.Generator().manual_seed(seed + 1)
     q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen).to(dtype)
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, _qsl(q_lens), head_dim**-0.5)
-    _check(paged_attention_prefill(*args, backend="triton"), paged_attention_prefill(*args, backend="reference"), dtype)
+    _check(paged_attention_prefill(*args, backend="triton"),
+           paged_attention_prefill(*args, backend="reference"), dtype)
 
 
 # ------------------------------------------------------------------------------------------ store
@@ -70,7 +73,8 @@ def test_store_kv_triton_writes_the_same_cache_as_the_reference(dtype, num_kv_he
 @pytest.mark.parametrize("block_size", TRITON_BLOCK_SIZES)
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_decode_every_block_size_one_token_exact_and_partial_blocks(block_size, num_splits):
-    lens = [1, block_size, block_size + 3, 2 * block_size]  # single token, exact multiples, partial last block
+    # single token, exact multiples, partial last block
+    lens = [1, block_size, block_size + 3, 2 * block_size]
     _decode(lens, block_size, 1, 3, 64, torch.float32, num_splits, seed=block_size)
 
 
@@ -141,12 +145,14 @@ def test_int64_tables_and_strided_q_views_are_read_correctly():
     assert not q.is_contiguous()
     bt, lens = kv.block_tables.long(), kv.context_lens.long()
     out = paged_attention_decode(q, kv.k_cache, kv.v_cache, bt, lens, 0.125, backend="triton", num_splits=2)
-    _check(out, paged_attention_decode(q.contiguous(), kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens,
+    _check(out, paged_attention_decode(q.contiguous(), kv.k_cache, kv.v_cache, kv.block_tables,
+                                       kv.context_lens,
                                        0.125, backend="reference"), torch.float32)  # fmt: skip
     qp = torch.randn(12, 24, 64)[:, 8:16]  # 7 + 5 query tokens, strided
     qsl = torch.tensor([0, 7, 12])
     pre = paged_attention_prefill(qp, kv.k_cache, kv.v_cache, bt, lens, qsl, 0.125, backend="triton")
-    _check(pre, paged_attention_prefill(qp, kv.k_cache, kv.v_cache, bt, lens, qsl, 0.125, backend="reference"),
+    _check(pre, paged_attention_prefill(qp, kv.k_cache, kv.v_cache, bt, lens, qsl, 0.125,
+                                        backend="reference"),
            torch.float32)  # fmt: skip
 
 
@@ -164,7 +170,8 @@ def test_head_dim_strided_q_gets_a_contiguous_out():
     qsl = torch.tensor([0, 7, 12], dtype=torch.int32)
     pre = paged_attention_prefill(qp, *args, qsl, 0.125, backend="triton")
     assert pre.is_contiguous()
-    _check(pre, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125, backend="reference"), torch.float32)
+    _check(pre, paged_attention_prefill(qp.contiguous(), *args, qsl, 0.125, backend="reference"),
+           torch.float32)
 
 
 # --------------------------------------------------------------- launch parameters per GPU target
@@ -196,7 +203,8 @@ def test_a_gpu_older_than_sm75_is_refused_with_a_reason(monkeypatch):
     why = T.unsupported_reason(torch.float16, torch.device("cuda", 0))
     assert "sm_70" in why and "sm_75" in why
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
-    assert T.unsupported_reason(torch.bfloat16, torch.device("cuda", 0)) is None  # T4 bf16: the fp32-tile path
+    # T4 bf16: the fp32-tile path
+    assert T.unsupported_reason(torch.bfloat16, torch.device("cuda", 0)) is None
     assert T.unsupported_reason(torch.bfloat16, torch.device("cpu")) is None
     assert dispatch.TRITON_BLOCK_SIZES == aot_consts("BLOCK_SIZES")
     assert dispatch.TRITON_HEAD_DIMS == aot_consts("HEAD_DIMS")

@@ -25,7 +25,8 @@ def _torch_rms_norm(x, w, eps):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,n", [(1, 576), (4, 576), (3, 40), (300, 576)])  # a tail of 8; many rows: threads
+# a tail of 8; many rows: threads
+@pytest.mark.parametrize("rows,n", [(1, 576), (4, 576), (3, 40), (300, 576)])
 def test_rms_norm_is_the_torch_formula(dtype, rows, n):
     x, w = _rand(rows, n, dtype=dtype), _rand(n, dtype=dtype, seed=1)
     got, want = cpu_layer_ops.rms_norm(x, w, 1e-5), _torch_rms_norm(x, w, 1e-5)

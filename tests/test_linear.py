@@ -71,7 +71,8 @@ def test_prepack_refuses_what_onednn_cannot_take():
 
 
 @needs_c_matmul
-@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 37, cpu_gemm.MAX_ROWS[torch.float32], cpu_gemm.MAX_ROWS[torch.float32] + 1])
+@pytest.mark.parametrize("rows", [1, 5, 8, 9, 16, 37, cpu_gemm.MAX_ROWS[torch.float32],
+                                  cpu_gemm.MAX_ROWS[torch.float32] + 1])
 def test_the_c_matmul_computes_f_linear_up_to_its_rows_and_f_linear_runs_past_them(rows):
     ws, bs = _weights(3, [48, 16, 32], in_features=40, bias=True)  # 6 panels; K not a multiple of 16
     lin = Linear(ws, bs, prepack=True)

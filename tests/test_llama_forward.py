@@ -80,7 +80,8 @@ def hf_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0].float()
 
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:", "Once upon a time, in a land far away, there lived"]
+PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:",
+           "Once upon a time, in a land far away, there lived"]
 
 
 def test_prefill_logits_match_transformers(smollm2, smollm2_f64, runner):
@@ -137,7 +138,8 @@ def test_llama3_rope_scaling_matches_transformers():
     assert scale == their_scale
     torch.testing.assert_close(ours, theirs.float(), atol=0, rtol=0)
     plain, _ = rope_inv_freq(LlamaConfig(hidden_size=2048, num_attention_heads=32, head_dim=64,
-                                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}), 64)
+                                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+                                         64)
     assert (ours <= plain).all() and (ours < plain).any()  # low frequencies stretched, high ones kept
     assert ours[0] == plain[0] and ours[-1] == pytest.approx(plain[-1] / 32)
 
@@ -171,7 +173,8 @@ def test_runner_is_shared_per_model_and_rebuilt_when_prepack_differs(smollm2):
     assert plain is not auto and not plain.prepacked
     assert plain.layers[0].qkv.weights[0] is not None and plain.layers[0].qkv.packed is None
     # the model's own tensors are used as they are, never copied
-    assert plain.layers[0].qkv.weights[0].data_ptr() == model.model.layers[0].self_attn.q_proj.weight.data_ptr()
+    assert (plain.layers[0].qkv.weights[0].data_ptr()
+            == model.model.layers[0].self_attn.q_proj.weight.data_ptr())
     assert plain.lm_head.weights[0].data_ptr() == model.lm_head.weight.data_ptr()
 
 

@@ -37,7 +37,8 @@ def test_fork_and_prefix_sharing_give_the_same_tokens(tiny, sp):
 
 
 def test_parallel_sampling_mode_is_checked(tiny):
-    with pytest.raises(ValueError, match=r"parallel_sampling must be one of \('fork', 'prefix'\), got 'copy'"):
+    with pytest.raises(ValueError,
+                       match=r"parallel_sampling must be one of \('fork', 'prefix'\), got 'copy'"):
         LLM(tiny, tokenizer=_Tok(), block_size=4, num_kv_blocks=8, parallel_sampling="copy")
 
 

@@ -11,4 +11,5 @@ from paged_lab.engine.kv_cache import KVCache
 from paged_lab.engine.llama import AttentionMetadata, PagedLlama
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama", "AttentionMetadata", "KVCache"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama", "AttentionMetadata",
+           "KVCache"]

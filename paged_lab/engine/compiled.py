@@ -137,7 +137,8 @@ class CompiledDecoder:
         """Compile every capture size now (a dummy batch that stores and attends to nothing)."""
         from tqdm.auto import tqdm
 
-        for size in tqdm(self.capture_sizes, desc="compiling decode graphs", unit="size", disable=not progress):
+        for size in tqdm(self.capture_sizes, desc="compiling decode graphs", unit="size",
+                         disable=not progress):
             ids = torch.zeros(size, dtype=torch.long, device=self.runner.device)
             cos, sin = self.runner.rope_tables(ids, 0)
             with forward_context(kv_caches, None, None, self.runner.scale, 0), \
@@ -152,7 +153,8 @@ class CompiledDecoder:
         n = input_ids.shape[0]
         size = self.bucket(n)
         if size is None:
-            raise ValueError(f"a decode batch of {n} exceeds the largest capture size {self.capture_sizes[-1]}")
+            raise ValueError(f"a decode batch of {n} exceeds the largest capture size "
+                             f"{self.capture_sizes[-1]}")
         if size != n:
             input_ids = F.pad(input_ids, (0, size - n))
             positions = F.pad(positions, (0, size - n))

@@ -6,10 +6,11 @@ fp32: 0.54 GB) for a few rows of arithmetic. torch's default CPU GEMM for fp32 i
 repacks the weight on every call. ``prepack=True`` keeps one packed copy instead, in one of two forms:
 
 - **panels** for the C matmul (``kernels.cpu_gemm``, CPU with AVX-512): every weight read once in memory
-  order, up to ``cpu_gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel, AVX-512, 2 threads) the
-  30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms with oneDNN. More rows
-  are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as oneDNN at a
-  thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8 rows on).
+  order, up to ``cpu_gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel,
+  AVX-512, 2 threads) the 30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms
+  with oneDNN. More rows are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as
+  fast as oneDNN at a thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8
+  rows on).
 - **oneDNN** (bundled with torch as ``mkldnn``), with the weight reordered once into its blocked layout,
   where the C matmul cannot run: 1.5-1.75x faster than MKL for the projections at M = 4-8 and 2.5-2.9x
   for SmolLM2's 49152 x 576 head on an AMD EPYC (``benchmarks/linear_bench.py``). vLLM's CPU backend

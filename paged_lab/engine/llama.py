@@ -249,7 +249,8 @@ def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torc
     compiled decode graph (``engine.compiled``) both run this function.
 
     cos, sin: ``[num_tokens, 1, head_dim]`` (sin pre-signed, see ``PagedLlama._extend_rope``);
-    ``attend(q, k, v)`` stores the new K/V in the paged cache and returns ``[num_tokens, num_heads, head_dim]``.
+    ``attend(q, k, v)`` stores the new K/V in the paged cache and returns
+    ``[num_tokens, num_heads, head_dim]``.
     """
     nq, nkv, hd = dims.num_heads, dims.num_kv_heads, dims.head_dim
     h = rms_norm(x, w.input_norm, dims.eps)
@@ -264,7 +265,8 @@ def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torc
     return x + w.down(swiglu(w.gate_up, h))
 
 
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+         sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE: x * cos + rotate_half(x) * sin, for q ``[num_tokens, num_heads, head_dim]`` and k; ``sin`` is
     pre-signed, so rotate_half is a roll (see ``PagedLlama._extend_rope``). On a CPU one C pass over both,
     in place (q and k are fresh outputs of the q/k/v matmul), instead of eight torch ops."""
@@ -376,7 +378,8 @@ class PagedLlama:
         half = sin.shape[-1] // 2
         self._sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
-    def rope_tables(self, positions: torch.Tensor, max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope_tables(self, positions: torch.Tensor, max_position: int
+                    | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and pre-signed sin (see _extend_rope) of each position, each [num_tokens, 1, head_dim]; the
         tables grow when a position is past their end. ``max_position``: the largest position, when the
         caller knows it (else it is read from ``positions``: a device sync)."""
@@ -393,7 +396,8 @@ class PagedLlama:
 
         input_ids, positions: int64 [num_tokens], the query tokens of all scheduled sequences;
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
-        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads, head_dim].
+        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns
+        [num_tokens, heads, head_dim].
         """
         attention = attention or PagedAttention()
         top = None if meta.max_context_len is None else meta.max_context_len - 1

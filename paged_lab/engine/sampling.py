@@ -20,7 +20,8 @@ def make_generator(seed: int | None, device: str | torch.device = "cpu") -> torc
     return g
 
 
-def filter_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def filter_probs(logits: torch.Tensor, temperature: float, top_k: int = 0,
+                 top_p: float = 1.0) -> torch.Tensor:
     """Probabilities [vocab] after temperature, top-k and top-p (the rest set to 0, renormalized)."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)  # [vocab]
     if top_k > 0 and top_k < probs.shape[-1]:

@@ -86,7 +86,8 @@ def step_cost(spec: ModelSpec, num_tokens: int, context_tokens: int, dtype="floa
     context_tokens = check_int("context_tokens", context_tokens, minimum=0)
     nbytes = dtype_bytes(dtype)
     attn_flops = 4 * spec.num_layers * spec.num_heads * spec.head_dim * context_tokens  # QK^T and PV
-    return StepCost(weight_bytes=spec.num_params * nbytes, kv_bytes=context_tokens * spec.kv_bytes_per_token(dtype),
+    return StepCost(weight_bytes=spec.num_params * nbytes,
+                    kv_bytes=context_tokens * spec.kv_bytes_per_token(dtype),
                     flops=2.0 * spec.num_params * num_tokens + attn_flops)
 
 
@@ -107,16 +108,19 @@ def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), conte
 
     from paged_lab.engine.params import SamplingParams
 
-    sp = SamplingParams(temperature=0, max_tokens=check_int("max_tokens", max_tokens, minimum=2), ignore_eos=True)
+    sp = SamplingParams(temperature=0, max_tokens=check_int("max_tokens", max_tokens, minimum=2),
+                        ignore_eos=True)
     shapes = [(ctx, bs) for ctx in context_lens for bs in batch_sizes]
     decodes: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
     for _ in range(check_int("rounds", rounds, minimum=1)):
         for ctx, bs in shapes:
             start = len(llm.timeline)
             # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
-            llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]} for i in range(bs)],
+            llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]}
+                          for i in range(bs)],
                          sp, use_tqdm=False)
-            decodes[ctx, bs] += [t for t in llm.timeline[start:] if t["num_prefill"] == 0 and t["num_decode"] == bs]
+            decodes[ctx, bs] += [t for t in llm.timeline[start:]
+                                 if t["num_prefill"] == 0 and t["num_decode"] == bs]
     rows = []
     for ctx, bs in shapes:
         steps = decodes[ctx, bs]
@@ -124,5 +128,6 @@ def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), conte
         mid = steps[per_run // 2]  # the middle decode step of a run: its bytes and FLOPs
         cost = step_cost(llm.spec, mid["num_batched_tokens"], mid["num_context_tokens"], llm.dtype)
         rows.append({"batch_size": bs, "context_len": ctx, "measured_s": median(t["seconds"] for t in steps),
-                     "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes, "flops": cost.flops})
+                     "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes,
+                     "flops": cost.flops})
     return rows

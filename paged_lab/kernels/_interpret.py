@@ -40,12 +40,15 @@ def triton_available() -> bool:
 def load_kernels(device_type: str) -> ModuleType:
     """Import :mod:`paged_lab.kernels.triton_paged` ready to launch on ``device_type`` ("cuda" or "cpu")."""
     if not triton_available():
-        raise ImportError("backend='triton' needs the 'triton' package: pip install triton (or use backend='torch')")
+        raise ImportError("backend='triton' needs the 'triton' package: pip install triton (or use "
+                          "backend='torch')")
     if device_type != "cuda" and "triton" not in sys.modules:
-        os.environ.setdefault(_ENV, "1")  # a value the user set explicitly (e.g. 0) is respected, and reported below
+        # a value the user set explicitly (e.g. 0) is respected, and reported below
+        os.environ.setdefault(_ENV, "1")
     from paged_lab.kernels import triton_paged
 
-    if device_type != "cuda" and not (triton_paged.is_interpreted() and triton_paged.triton_lang_interpreted()):
+    if device_type != "cuda" and not (triton_paged.is_interpreted()
+                                      and triton_paged.triton_lang_interpreted()):
         _raise_not_interpreted()
     if device_type == "cuda" and triton_paged.is_interpreted():
         raise RuntimeError(

@@ -14,13 +14,13 @@ The library is compiled on first use with the system C compiler (under a second)
 ``~/.cache/paged_lab/kernels`` (``PAGED_LAB_CACHE``) and loaded with ctypes. Loading a library runs its
 code, so a cached one is loaded only from a folder of this user's that nobody else can write (created
 with mode 0700), and only while its bytes match the sha256 written beside it at build time; any other
-file there is rebuilt, and a folder of another user's is refused (:func:`why_unavailable`). :func:`usable` says
-whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
-a tensor that is not CPU fp32 or bf16, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels are
-the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and the torch path otherwise. :func:`why_unavailable` says why the library is not loaded.
-Results match the torch path to about 1e-6: the same fp32 math, summed in another order. A bf16 cache is
-read as it is (each element widened to fp32 exactly) and all the math is fp32; q goes in as fp32 and the
-output is rounded to bf16 once.
+file there is rebuilt, and a folder of another user's is refused (:func:`why_unavailable`). :func:`usable`
+says whether a call can take it. It cannot with no AVX-512, no C compiler, ``PAGED_LAB_CPU_KERNELS=0``,
+a tensor that is not CPU fp32 or bf16, or a ``head_dim`` that is not a multiple of 16 up to 256. These kernels
+are the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and the torch path otherwise.
+:func:`why_unavailable` says why the library is not loaded. Results match the torch path to about 1e-6: the
+same fp32 math, summed in another order. A bf16 cache is read as it is (each element widened to fp32 exactly)
+and all the math is fp32; q goes in as fp32 and the output is rounded to bf16 once.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def _private_folder(folder: Path) -> str | None:
 def _owned_and_closed(path: Path) -> bool:
     """A regular file (not a link), this user's, that no group or other user may write."""
     st = path.lstat()
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def _sha256(path: Path) -> str:
@@ -174,7 +175,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
     if any(t.device.type != "cpu" for t in tensors):
         return f"tensors on {k_cache.device} (the C kernels run on the CPU)"
     if any(t.dtype not in KV_DTYPES or t.dtype != k_cache.dtype for t in tensors):
-        return f"dtype {k_cache.dtype if q is None else q.dtype} (the C kernels take float32 or bfloat16, all alike)"
+        return (f"dtype {k_cache.dtype if q is None else q.dtype} "
+                "(the C kernels take float32 or bfloat16, all alike)")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         return "caches that are not contiguous"
     head_dim, kv_heads = k_cache.shape[-1], k_cache.shape[2]
@@ -214,7 +216,8 @@ def decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torc
         return out.to(dtype)
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     if slots is not None:
-        k, v = k.to(k_cache.dtype).contiguous(), v.to(k_cache.dtype).contiguous()  # stored as the cache holds them
+        # stored as the cache holds them
+        k, v = k.to(k_cache.dtype).contiguous(), v.to(k_cache.dtype).contiguous()
         slots = slots.to(torch.long).contiguous()
     rc = _lib().paged_decode(
         q.data_ptr(), 0 if slots is None else k.data_ptr(), 0 if slots is None else v.data_ptr(),
@@ -238,7 +241,8 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
         return out.to(dtype)
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     qsl = query_start_loc.to(torch.long).contiguous()
-    rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(), tables.data_ptr(),
+    rc = _lib().paged_prefill(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), qsl.data_ptr(),
+                              tables.data_ptr(),
                               tables.shape[1], lens.data_ptr(), lens.shape[0], q.shape[1], k_cache.shape[2],
                               q.shape[2], k_cache.shape[1], scale, out.data_ptr(), torch.get_num_threads(),
                               int(k_cache.dtype == torch.bfloat16))

@@ -116,7 +116,8 @@ def _store_then_decode(store, decode):
 
 def _reference_backend() -> Backend:
     store = lambda k, v, kc, vc, slots, plan=None: reference.store_kv(k, v, kc, vc, slots)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(q, kc, vc, bt, cl, scale)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(
+        q, kc, vc, bt, cl, scale)
     prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, **_: reference.paged_attention_prefill(
         q, kc, vc, bt, cl, qsl, scale)
     return Backend("reference", store, decode, prefill, _store_then_decode(store, decode))
@@ -134,8 +135,9 @@ def _triton_backend() -> Backend:
 def _torch_backend() -> Backend:
     decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: torch_paged.paged_attention_decode(
         q, kc, vc, bt, cl, scale, plan=plan)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: torch_paged.paged_attention_prefill(
-        q, kc, vc, bt, cl, qsl, scale, plan=plan, max_query_len=max_query_len)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: (
+        torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
+                                            max_query_len=max_query_len))
     return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
                    uses_plan=True)
 
@@ -146,7 +148,8 @@ BACKEND_TABLE: dict[str, Backend] = {
     "triton": _triton_backend(),
     # C kernels (cpu_paged) for attention; they store K/V inside store_and_decode, a plain store_kv is torch's
     "cpu": Backend("cpu", torch_paged.store_kv, _cpu_decode, _cpu_prefill, _cpu_store_and_decode,
-                   lambda k_cache, v_cache, q=None: cpu_paged.why_unusable(k_cache, v_cache, q), uses_plan=True),
+                   lambda k_cache, v_cache, q=None: cpu_paged.why_unusable(k_cache, v_cache, q),
+                   uses_plan=True),
     "torch": _torch_backend(),
     "reference": _reference_backend(),
 }
@@ -167,7 +170,8 @@ class KernelStats:
     last_error: dict = field(default_factory=dict)  # backend name -> "op: ErrorType: message"
 
     def as_dict(self) -> dict:
-        return {"calls": dict(self.calls), "failures": dict(self.failures), "last_error": dict(self.last_error)}
+        return {"calls": dict(self.calls), "failures": dict(self.failures),
+                "last_error": dict(self.last_error)}
 
 
 STATS = KernelStats()
@@ -316,7 +320,8 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", valida
 
 
 def paged_attention_decode(
-    q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto", num_splits: int | None = None,
+    q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto",
+    num_splits: int | None = None,
     validate: bool = True, plan=None, stats: KernelStats | None = None,
 ):
     """One query token per sequence over its paged context -> ``[num_seqs, num_heads, head_dim]``.
@@ -335,12 +340,14 @@ def paged_attention_decode(
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
-    return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables, context_lens,
+    return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
+                context_lens,
                 float(scale), plan=plan, num_splits=num_splits)
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
-                     backend: str = "auto", validate: bool = True, plan=None, stats: KernelStats | None = None):
+                     backend: str = "auto", validate: bool = True, plan=None,
+                     stats: KernelStats | None = None):
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
     as ``engine.KVCache`` keeps them). Arguments as those two functions'; q ``[num_seqs, num_heads,
@@ -356,7 +363,8 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
-    return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache, slot_mapping,
+    return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache,
+                slot_mapping,
                 block_tables, context_lens, float(scale), plan=plan)
 
 
@@ -364,7 +372,8 @@ def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto",
     validate: bool = True, plan=None, max_query_len: int | None = None, stats: KernelStats | None = None,
 ):
-    """Several causal query tokens per sequence over its paged context -> ``[num_tokens, num_heads, head_dim]``.
+    """Several causal query tokens per sequence over its paged context ->
+    ``[num_tokens, num_heads, head_dim]``.
 
     q: ``[num_tokens, num_heads, head_dim]``, sequences concatenated; query_start_loc: int
     ``[num_seqs + 1]`` (0, then the cumsum of query lengths). Sequence ``i``'s query tokens are the
@@ -382,16 +391,19 @@ def paged_attention_prefill(
     if q.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
-    return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables, context_lens,
+    return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
+                context_lens,
                 query_start_loc, float(scale), plan=plan, max_query_len=max_query_len)
 
 
 def paged_attention(
-    q, k_cache, v_cache, block_tables, context_lens, scale, query_start_loc=None, backend: str = "auto", **kwargs
+    q, k_cache, v_cache, block_tables, context_lens, scale, query_start_loc=None, backend: str = "auto",
+    **kwargs
 ):
     """Decode when ``query_start_loc`` is None (one query per sequence), otherwise (chunked) prefill."""
     if query_start_loc is None:
-        return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, backend, **kwargs)
+        return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, backend,
+                                      **kwargs)
     return paged_attention_prefill(
         q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend, **kwargs
     )

@@ -44,7 +44,8 @@ def gather_kv(k_cache, v_cache, block_table, context_len: int):
     block_size = k_cache.shape[1]
     num_blocks = cdiv(context_len, block_size)  # ceil: the last block may be partly filled
     blocks = block_table[:num_blocks].long()
-    k = k_cache[blocks].flatten(0, 1)[:context_len]  # [num_blocks * block_size, kv_heads, d] -> first context_len rows
+    # [num_blocks * block_size, kv_heads, d] -> first context_len rows
+    k = k_cache[blocks].flatten(0, 1)[:context_len]
     v = v_cache[blocks].flatten(0, 1)[:context_len]
     return k, v
 

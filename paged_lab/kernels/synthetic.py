@@ -65,7 +65,8 @@ def random_paged_kv(
         k = torch.randn(n, num_kv_heads, head_dim, generator=g).to(dtype)
         v = torch.randn(n, num_kv_heads, head_dim, generator=g).to(dtype)
         pos = torch.arange(n)
-        slots = blocks[pos // block_size] * block_size + pos % block_size  # slot = block * block_size + offset
+        # slot = block * block_size + offset
+        slots = blocks[pos // block_size] * block_size + pos % block_size
         reference.store_kv(k, v, k_cache, v_cache, slots)
         keys.append(k.to(device))
         values.append(v.to(device))

@@ -86,8 +86,10 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
         plan.max_q = (int(q_lens.max()) if S else 0) if max_query_len is None else int(max_query_len)
         plan.seq_of = torch.repeat_interleave(torch.arange(S, device=dev), q_lens)  # [num_tokens]
         plan.row = torch.arange(num_tokens, device=dev) - qsl[plan.seq_of]  # [num_tokens]
-        q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]  # [S, max_q] absolute
-        plan.mask = (pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]  # [S, max_q, T] causal + in-context
+        # [S, max_q] absolute
+        q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]
+        # [S, max_q, T] causal + in-context
+        plan.mask = (pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]
     return plan
 
 
@@ -121,7 +123,8 @@ def plan_mismatch(plan, block_size: int, block_tables=None, context_lens=None, q
     return None
 
 
-_ANOTHER_BATCH = "the plan was built for another batch; build it with plan_gather from the tensors this call gets"
+_ANOTHER_BATCH = ("the plan was built for another batch; "
+                  "build it with plan_gather from the tensors this call gets")
 
 
 def _same(a, b) -> bool:
@@ -135,16 +138,18 @@ def _same(a, b) -> bool:
 def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query_start_loc) -> str | None:
     num_seqs, width = block_tables.shape
     prefill = query_start_loc is not None
-    fields = ("table", "lens", "valid", "unused", "decode_mask", *(("seq_of", "row", "mask") if prefill else ()))
+    fields = ("table", "lens", "valid", "unused", "decode_mask",
+              *(("seq_of", "row", "mask") if prefill else ()))
     for name in fields:
         if not isinstance(getattr(plan, name), torch.Tensor):
             if name == "seq_of":
-                return "plan has no query indices (a decode plan): build it with plan_gather(..., query_start_loc=...)"
+                return ("plan has no query indices (a decode plan): "
+                        "build it with plan_gather(..., query_start_loc=...)")
             return f"plan.{name} must be a tensor, got {type(getattr(plan, name)).__name__}"
     table = plan.table
     if table.dim() != 2 or table.shape[0] != num_seqs or not 1 <= table.shape[1] <= width:
-        return (f"plan.table has shape {tuple(table.shape)}, but this call has {num_seqs} sequences and block_tables "
-                f"{width} columns wide; {_ANOTHER_BATCH}")
+        return (f"plan.table has shape {tuple(table.shape)}, but this call has {num_seqs} sequences and "
+                f"block_tables {width} columns wide; {_ANOTHER_BATCH}")
     if table.device != block_tables.device:
         return f"plan is on {table.device} but block_tables is on {block_tables.device}"
     if block_tables.device.type != "cpu" or num_seqs == 0:
@@ -158,13 +163,14 @@ def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query
         qsl = query_start_loc.long()
         longest = int((qsl[1:] - qsl[:-1]).max())
         if not isinstance(plan.max_q, int) or plan.max_q < longest:
-            return f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; {_ANOTHER_BATCH}"
+            return (f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; "
+                    f"{_ANOTHER_BATCH}")
     want = plan_gather(block_tables, context_lens, block_size, max_ctx=nb * block_size,
                        query_start_loc=query_start_loc, max_query_len=plan.max_q if prefill else None)
     for name in fields:
         if not _same(getattr(plan, name), getattr(want, name)):
-            return f"plan.{name} does not match block_tables/context_lens{'/query_start_loc' if prefill else ''}; " \
-                   f"{_ANOTHER_BATCH}"
+            return (f"plan.{name} does not match "
+                    f"block_tables/context_lens{'/query_start_loc' if prefill else ''}; {_ANOTHER_BATCH}")
     return None
 
 
@@ -232,7 +238,8 @@ def _attend(q, k, v, mask, scale: float):
     return o.view(S, kvh, group, num_q, d).permute(0, 3, 1, 2, 4).reshape(S, num_q, H, d)
 
 
-def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float, max_context_len=None,
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
+                           max_context_len=None,
                            plan: GatherPlan | None = None):
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
     if q.shape[0] == 0:
@@ -250,7 +257,8 @@ def _decode_attend(q, k, v, plan: GatherPlan, scale: float):
     S, H, d = q.shape
     kvh = k.shape[1]
     qg = q.float().view(S, kvh, H // kvh, d)  # [S, kv_heads, group, d]
-    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=plan.decode_mask, scale=scale)  # [S, kvh, group, d]
+    # [S, kvh, group, d]
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=plan.decode_mask, scale=scale)
     return o.reshape(S, H, d).to(q.dtype)
 
 
@@ -279,8 +287,10 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
     when they are that (``engine.KVCache`` keeps each layer's K and V in one tensor), else None."""
     n = k_cache.numel()
     if (k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype or not k_cache.is_contiguous()
-            or not v_cache.is_contiguous() or v_cache.data_ptr() != k_cache.data_ptr() + n * k_cache.element_size()
-            or v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr()):  # one allocation
+            or not v_cache.is_contiguous()
+            or v_cache.data_ptr() != k_cache.data_ptr() + n * k_cache.element_size()
+            # one allocation
+            or v_cache.untyped_storage().data_ptr() != k_cache.untyped_storage().data_ptr()):
         return None
     return k_cache.as_strided((2, *k_cache.shape), (n, *k_cache.stride()))
 
@@ -301,7 +311,8 @@ def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
     plan: GatherPlan | None = None, max_query_len: int | None = None,
 ):
-    """Batched (chunked) prefill; same contract as :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
+    """Batched (chunked) prefill; same contract as
+    :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
     num_tokens = q.shape[0]
     if num_tokens == 0:
         return torch.empty_like(q)

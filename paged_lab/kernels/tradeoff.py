@@ -42,7 +42,8 @@ class BlockSizeCost:
 
 
 def block_size_cost(context_lens: Sequence[int], block_size: int) -> BlockSizeCost:
-    """Table entries and last-block waste of sequences with ``context_lens`` tokens in blocks of ``block_size``."""
+    """Table entries and last-block waste of sequences with ``context_lens`` tokens in blocks of
+    ``block_size``."""
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     if any(n < 0 for n in context_lens):

@@ -77,7 +77,8 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
     """Write ``k, v [num_tokens, num_kv_heads, head_dim]`` into slots ``slot_mapping`` of the cache."""
     k, v = k.contiguous(), v.contiguous()
     num_tokens, num_kv_heads, head_dim = k.shape
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     launch = store_kv_launch(num_tokens, num_kv_heads, head_dim, k_cache.shape[1])
     _store_kv_kernel[launch.grid](
         k, v, k_cache, v_cache, slot_mapping,
@@ -131,7 +132,8 @@ def _attend_tile(
 
 @triton.jit
 def _decode_kernel(
-    out_ptr,  # unsplit: [num_seqs, num_heads, head_dim]; split: float32 [num_seqs, num_heads, num_splits, head_dim]
+    # unsplit: [num_seqs, num_heads, head_dim]; split: float32 [num_seqs, num_heads, num_splits, head_dim]
+    out_ptr,
     lse_ptr,  # split only: float32 [num_seqs, num_heads, num_splits], log2-sum-exp of each partition
     q_ptr,  # [num_seqs, num_heads, head_dim]
     k_cache_ptr, v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -158,7 +160,8 @@ def _decode_kernel(
     g_mask = g < GROUP
     heads = kv_head * GROUP + g
     d = tl.arange(0, HEAD_DIM)
-    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None],
+                other=0.0)
     if F32:
         q = q.to(tl.float32)  # [GROUP_PAD, HEAD_DIM]
     else:
@@ -171,9 +174,11 @@ def _decode_kernel(
     for t in range(tile_start, tile_end):
         pos = t * TILE + offs  # [TILE] token positions
         valid = pos < context_len  # the last tile may run past the context: mask loads AND scores
-        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head,
+        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq,
+                                     kv_head,
                                      pos, valid, valid[None, :], d, qk_scale,
-                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)  # fmt: skip
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE,
+                                     F32)  # fmt: skip
 
     out_off = seq * stride_os + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
@@ -208,13 +213,15 @@ def _merge_splits_kernel(
     lse = tl.load(lse_ptr + row * num_splits + i, mask=mask, other=float("-inf"))  # [SPLITS_PAD]
     w = tl.exp2(lse - tl.max(lse, axis=0))  # empty splits (lse = -inf) get weight 0
     w = w / tl.sum(w, axis=0)
-    part = tl.load(part_ptr + (row * num_splits + i[:, None]) * HEAD_DIM + d[None, :], mask=mask[:, None], other=0.0)
+    part = tl.load(part_ptr + (row * num_splits + i[:, None]) * HEAD_DIM + d[None, :], mask=mask[:, None],
+                   other=0.0)
     out = tl.sum(w[:, None] * part, axis=0)  # [HEAD_DIM]
     tl.store(out_ptr + seq * stride_os + head * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, num_splits=None):
-    """Decode attention over the paged cache; see :func:`paged_lab.kernels.dispatch.paged_attention_decode`."""
+    """Decode attention over the paged cache; see
+    :func:`paged_lab.kernels.dispatch.paged_attention_decode`."""
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     # `out` is allocated contiguous, not empty_like(q): q may be a strided view, and the kernels write
@@ -222,7 +229,8 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     out = torch.empty((num_seqs, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     cc = device_cc(q.device)
@@ -231,7 +239,8 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
         max_tokens = triton.cdiv(block_tables.shape[1] * block_size, tile) * tile
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_tokens, q.device)
     decode, merge, tiles_per_split = decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size,
-                                                   block_tables.shape[1], q.dtype, cc, num_splits)  # fmt: skip
+                                                   block_tables.shape[1], q.dtype, cc,
+                                                   num_splits)  # fmt: skip
     if merge is not None:
         num_splits = decode.grid[2]
         part = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
@@ -281,7 +290,8 @@ def _prefill_kernel(
     if q_tile * BLOCK_Q >= q_len:  # this sequence has fewer query tokens than the longest one
         return
     context_len = tl.load(context_lens_ptr + seq)
-    first_pos = context_len - q_len  # position of the first query token (a cached prefix / earlier chunks before it)
+    # position of the first query token (a cached prefix / earlier chunks before it)
+    first_pos = context_len - q_len
 
     r = tl.arange(0, BLOCK_Q * GROUP_PAD)  # [M] rows: query token qi = r // GROUP_PAD, head g = r % GROUP_PAD
     qi = q_tile * BLOCK_Q + r // GROUP_PAD
@@ -307,28 +317,34 @@ def _prefill_kernel(
         valid = pos < end
         causal = valid[None, :] & (pos[None, :] <= q_pos[:, None])  # [M, TILE]
         # position 0 is in the first tile, so m is finite from then on
-        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head,
+        m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq,
+                                     kv_head,
                                      pos, valid, causal, d, qk_scale,
-                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)  # fmt: skip
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE,
+                                     F32)  # fmt: skip
 
     out = acc / tl.where(row_mask, l_sum, 1.0)[:, None]
     out_off = (q_start + qi) * stride_ot + (kv_head * GROUP + g) * stride_oh
-    tl.store(out_ptr + out_off[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    tl.store(out_ptr + out_off[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=row_mask[:, None])
 
 
 def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
                             max_query_len=None):  # fmt: skip
-    """Causal (chunked) prefill over the paged cache; see :func:`paged_lab.kernels.dispatch.paged_attention_prefill`.
+    """Causal (chunked) prefill over the paged cache; see
+    :func:`paged_lab.kernels.dispatch.paged_attention_prefill`.
 
     ``max_query_len`` sizes the grid; when None it is read from ``query_start_loc`` (one device sync).
     """
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)  # contiguous, as in decode
+    # contiguous, as in decode
+    out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)
     num_seqs = query_start_loc.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), "cache head_dim must be contiguous"
+    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
+        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     if max_query_len is None:

@@ -27,13 +27,15 @@ import tempfile
 from dataclasses import asdict, dataclass
 from itertools import cycle
 
-TARGETS = (75, 80, 86, 90)  # T4; A100; RTX 30xx / A10 (sm_89, RTX 40xx / L4, has the same limits); H100 / H200
+# T4; A100; RTX 30xx / A10 (sm_89, RTX 40xx / L4, has the same limits); H100 / H200
+TARGETS = (75, 80, 86, 90)
 DTYPES = ("float32", "float16", "bfloat16")
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # = kernels.dispatch.TRITON_BLOCK_SIZES (checked in the test)
 HEAD_DIMS = (64, 128)  # = dispatch.TRITON_HEAD_DIMS
 GROUPS = (1, 3, 4, 8)  # query heads per KV head: MHA, SmolLM2, Llama-3.2-1B / 8B ...
 MAX_REGS = 255  # per thread, every target
-MAX_SPILL_BYTES = 128  # per thread (stack frame): half decode at head_dim 128 spills up to 96 B; the review found 8.3-8.8 KB
+# per thread (stack frame): half decode at head_dim 128 spills up to 96 B; the review found 8.3-8.8 KB
+MAX_SPILL_BYTES = 128
 _TRITON_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -69,7 +71,8 @@ class Resources:
         if self.spill_bytes > MAX_SPILL_BYTES:
             out.append(f"{self.spill_bytes} bytes of spilled registers (stack frame) > {MAX_SPILL_BYTES}")
         if self.shared_bytes > self.shared_limit:
-            out.append(f"{self.shared_bytes} B shared memory > sm_{self.cc}'s {self.shared_limit} B per block")
+            out.append(f"{self.shared_bytes} B shared memory > "
+                       f"sm_{self.cc}'s {self.shared_limit} B per block")
         return out
 
 
@@ -84,7 +87,8 @@ def config_grid(targets=TARGETS) -> list[Config]:
             kind = "decode_split" if i % 2 else "decode"
             grid.append(Config(kind, cc, dtype, next(big_blocks), 128, next(groups)))
             grid.append(Config("prefill", cc, dtype, next(big_blocks), 128, next(groups)))
-            grid.append(Config("store_kv", cc, dtype, BLOCK_SIZES[i], HEAD_DIMS[i % 2], num_kv_heads=(1, 3, 8)[i]))
+            grid.append(Config("store_kv", cc, dtype, BLOCK_SIZES[i], HEAD_DIMS[i % 2],
+                               num_kv_heads=(1, 3, 8)[i]))
         # the small blocks (TILE = 16 or 32) at head_dim 64, the other kernel variants
         grid.append(Config("decode", cc, DTYPES[cc % 3], 8, 64, next(groups)))
         grid.append(Config("decode_split", cc, DTYPES[(cc + 1) % 3], 32, 64, next(groups)))
@@ -103,11 +107,13 @@ def launches(cfg: Config) -> list[tuple[str, object]]:
     if cfg.kernel == "store_kv":
         return [("_store_kv_kernel", T.store_kv_launch(7, cfg.num_kv_heads, cfg.head_dim, cfg.block_size))]
     if cfg.kernel == "prefill":
-        launch = T.prefill_launch(2, cfg.max_query_len, num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.block_size,
+        launch = T.prefill_launch(2, cfg.max_query_len, num_heads, cfg.num_kv_heads, cfg.head_dim,
+                                  cfg.block_size,
                                   dtype, cfg.cc)  # fmt: skip
         return [("_prefill_kernel", launch)]
     splits = 4 if cfg.kernel == "decode_split" else 1
-    decode, merge, _ = T.decode_launch(2, num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.block_size, 64, dtype,
+    decode, merge, _ = T.decode_launch(2, num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.block_size, 64,
+                                       dtype,
                                        cfg.cc, splits)  # fmt: skip
     return [("_decode_kernel", decode)] + ([("_merge_splits_kernel", merge)] if merge else [])
 
@@ -146,12 +152,14 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
     fn = getattr(triton_paged, name)
     sig = _signature(fn, launch.constexprs, cfg.dtype, split=bool(launch.constexprs.get("SPLIT")))
     try:
-        kernel = compile(ASTSource(fn, sig, constexprs=launch.constexprs), target=GPUTarget("cuda", cfg.cc, 32),
+        kernel = compile(ASTSource(fn, sig, constexprs=launch.constexprs),
+                         target=GPUTarget("cuda", cfg.cc, 32),
                          options=launch.options)  # fmt: skip
         regs, stack = _stack_and_regs(kernel.asm["cubin"])
     except Exception as e:
         raise RuntimeError(f"{name} for sm_{cfg.cc}, {cfg.dtype}, constexprs {launch.constexprs}, "
-                           f"options {launch.options}: {type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
+                           f"options {launch.options}: "
+                           f"{type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
     consts = ", ".join(f"{k}={v}" for k, v in launch.constexprs.items())
     return Resources(name, cfg.cc, cfg.dtype, consts, regs, stack, int(kernel.metadata.shared),
                      triton_launch.SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
@@ -192,8 +200,9 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| kernel | target | dtype | constexprs | registers | spilled B | shared B (limit) |",
              "|---|---|---|---|---:|---:|---:|"]  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["kernel"], r["cc"], r["dtype"], r["constexprs"])):
-        lines.append(f"| {r['kernel'].strip('_')} | sm_{r['cc']} | {r['dtype']} | {r['constexprs']} | {r['regs']} | "
-                     f"{r['spill_bytes']} | {r['shared_bytes']:,} ({r['shared_limit']:,}) |")  # fmt: skip
+        lines.append(f"| {r['kernel'].strip('_')} | sm_{r['cc']} | {r['dtype']} | {r['constexprs']} | "
+                     f"{r['regs']} | {r['spill_bytes']} | "
+                     f"{r['shared_bytes']:,} ({r['shared_limit']:,}) |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -47,7 +47,8 @@ def dtype_reason(device) -> str:
         return "float32 on the CPU: exact, and the speed of the CPU kernels does not depend on it"
     if dtype == "bfloat16":
         return f"bfloat16: this GPU (sm_{cc}) has bf16 tensor cores"
-    return f"float16: this GPU (sm_{cc}) has no bf16 tensor cores (a T4 is sm_75), so bf16 would be slow or emulated"
+    return (f"float16: this GPU (sm_{cc}) has no bf16 tensor cores (a T4 is sm_75), "
+            "so bf16 would be slow or emulated")
 
 
 def hf_token_present(env: Mapping[str, str] | None = None) -> bool:

@@ -46,7 +46,8 @@ _VENDOR_PREFIXES = ("NVIDIA ", "Tesla ", "GeForce ")
 
 
 def gpu_model(name: str) -> str:
-    """``"NVIDIA A100-SXM4-80GB"`` -> ``"A100-SXM4-80GB"``, ``"Tesla T4"`` -> ``"T4"``: the key of :data:`PEAK_GBS`."""
+    """``"NVIDIA A100-SXM4-80GB"`` -> ``"A100-SXM4-80GB"``, ``"Tesla T4"`` -> ``"T4"``: the key of
+    :data:`PEAK_GBS`."""
     name = name.strip()
     changed = True
     while changed:
@@ -114,7 +115,8 @@ def cuda_time_ms(fn, device="cuda", warmup: int = 3, iters: int = 20, flush_l2: 
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
     device = torch.device(device)
-    flush = torch.empty(max(2 * l2_cache_bytes(device), 2**20), dtype=torch.uint8, device=device) if flush_l2 else None
+    flush = (torch.empty(max(2 * l2_cache_bytes(device), 2**20), dtype=torch.uint8, device=device)
+             if flush_l2 else None)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
@@ -132,7 +134,8 @@ def cuda_time_ms(fn, device="cuda", warmup: int = 3, iters: int = 20, flush_l2: 
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def make_decode_inputs(batch, context_len, block_size, num_heads, num_kv_heads, head_dim, dtype, device, seed=0):
+def make_decode_inputs(batch, context_len, block_size, num_heads, num_kv_heads, head_dim, dtype, device,
+                       seed=0):
     """A shuffled paged cache holding ``batch`` sequences, plus the same K/V contiguous for SDPA."""
     g = torch.Generator(device=device).manual_seed(seed)
     blocks_per_seq = cdiv(context_len, block_size)
@@ -202,15 +205,18 @@ def bench_decode(batch, context_len, block_size, num_heads=32, num_kv_heads=8, h
     # correctness first: the paged kernel must agree with the contiguous baseline
     ref = sdpa()[:, :, 0].float()
     err = (paged().float() - ref).abs().max().item()
-    nbytes = hbm_bytes(kv_bytes_read(batch, context_len, num_kv_heads, head_dim, dtype), l2_cache_bytes(device),
+    nbytes = hbm_bytes(kv_bytes_read(batch, context_len, num_kv_heads, head_dim, dtype),
+                       l2_cache_bytes(device),
                        l2_flushed=True)  # median_ms -> cuda_time_ms flushes L2 before every repetition
     row = dict(device=torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu",
-               dtype=str(dtype).replace("torch.", ""), batch=batch, context_len=context_len, block_size=block_size,
+               dtype=str(dtype).replace("torch.", ""), batch=batch, context_len=context_len,
+               block_size=block_size,
                num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, backend=backend,
                max_abs_err=err, kv_bytes=nbytes)  # fmt: skip
     row["paged_ms"] = median_ms(paged, device, iters=iters)
     row["sdpa_ms"] = median_ms(sdpa, device, iters=iters)
-    fi = _flashinfer_decode(q, k_cache, v_cache, bt, context_len) if torch.device(device).type == "cuda" else None
+    fi = (_flashinfer_decode(q, k_cache, v_cache, bt, context_len)
+          if torch.device(device).type == "cuda" else None)
     row["flashinfer_ms"] = median_ms(fi, device, iters=iters) if fi is not None else None
     row["gbs"] = nbytes / (row["paged_ms"] * 1e-3) / 1e9
     peak = peak_gbs(device)

@@ -180,7 +180,8 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         above a partly filled block's bar; None when even 8 px does not (then the labels are left out:
         the hover still tells)."""
         for size in (12, 11, 10, 9, 8):
-            if all(_label_px(t, size)[0] <= room * scale - 4 and _label_px(t, size)[1] <= (1 - STRIP) * scale - 2
+            if all(_label_px(t, size)[0] <= room * scale - 4
+                   and _label_px(t, size)[1] <= (1 - STRIP) * scale - 2
                    for t in texts):
                 return size
         return None
@@ -195,7 +196,8 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
                                fillcolor=fillcolor, layer="below", name="fill"))
             ink, ly = ink_for(fillcolor), y + 0.5
         elif frac > 0:
-            shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(width=0), fillcolor=fillcolor,
+            shapes.append(dict(type="rect", x0=x, x1=x + 1, y0=y, y1=y + 1, line=dict(width=0),
+                               fillcolor=fillcolor,
                                opacity=TINT_OPACITY, layer="below", name="tint"))
             shapes.append(dict(type="rect", x0=x, x1=x + frac, y0=y, y1=y + STRIP, line=dict(width=0),
                                fillcolor=fillcolor, layer="below", name="fill"))
@@ -220,11 +222,13 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
                   f"<b>{b}</b>" + (f" ×{rc}" if shared else ""),
                   f"block {b}: {fill[b]}/{block_size} slots, refcount {rc}, held by "
                   + ", ".join(seq_name(o) for o in owners[b]), "pool",
-                  edge="red" if red else (SHARED_EDGE if shared else "#999999"), width=3 if shared or red else 1)
+                  edge="red" if red else (SHARED_EDGE if shared else "#999999"),
+                  width=3 if shared or red else 1)
         else:
             cached = b in state.cached
             block(x, y, 1.0 if cached else 0.0, CACHED, str(b),
-                  f"block {b}: free ({'cached content, ' if cached else ''}#{free_rank.get(b, 0) + 1} in the free queue)",
+                  f"block {b}: free ({'cached content, ' if cached else ''}#{free_rank.get(b, 0) + 1} in the "
+                  "free queue)",
                   "pool", edge="red" if red else "#bbbbbb", width=3 if red else 1)
 
     # sequences: logical blocks, then the table; arrows run from the table to the pool
@@ -240,13 +244,16 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         for column, value in zip(labels["tables"], (x_table, y + 0.5, text, f"{seq_name(sid)}: {n} tokens, "
                                                     f"block table {table}", "#222222", None)):
             column.append(value)
-        tail = x_table + TEXT_PX * 12 * (len(_table_text(sid, table)) + 3.5) / scale  # about where the text ends
+        # about where the text ends
+        tail = x_table + TEXT_PX * 12 * (len(_table_text(sid, table)) + 3.5) / scale
         lane = 0.15 + 0.3 * (row % 4) / 3  # each sequence its own lane in the gap, below the target row
         for b in table if len(seqs) <= max_arrows_seqs else ():
             px, py = pool_xy(b)
             gy = py - (row_step - 1) * lane
-            shapes.append(dict(type="path", path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
-                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above", name="arrow"))
+            shapes.append(dict(type="path",
+                               path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
+                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above",
+                               name="arrow"))
             arrows.append(dict(x=px + 0.5, y=py, ax=px + 0.5, ay=gy, xref="x", yref="y", axref="x",
                                ayref="y", showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.2,
                                arrowcolor=color[sid], opacity=0.8, text=""))
@@ -267,7 +274,8 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     kinds.append(("free", "white", "#bbbbbb"))
     for name, fillcolor, edge in kinds:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(symbol="square", size=12, color=fillcolor, line=dict(color=edge, width=1))))
+                                 marker=dict(symbol="square", size=12, color=fillcolor,
+                                             line=dict(color=edge, width=1))))
     if highlight_name:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=highlight_name,
                                  marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
@@ -380,23 +388,27 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
     names = ["without sharing", "with prefix caching"]
     used = [s["blocks_without_sharing"], s["blocks_with_sharing"]]
-    top = math.log10(1.4 * _blocks_axis_top(bounds, k, system_len, block_size, user_len))  # room for the label
+    # room for the label
+    top = math.log10(1.4 * _blocks_axis_top(bounds, k, system_len, block_size, user_len))
     decades = math.floor(top)
     fig = go.Figure(go.Bar(x=names, y=used, marker_color=["#7f7f7f", "#2ca02c"],
                            text=[_blocks(u) for u in used], textposition="outside", cliponaxis=False,
-                           hovertext=[f"{_blocks(u)}, {u / used[0]:.0%} of the blocks without sharing" for u in used],
+                           hovertext=[f"{_blocks(u)}, {u / used[0]:.0%} of the blocks without sharing"
+                                      for u in used],
                            hoverinfo="text"))
     saved = 1 - used[1] / used[0]
     fig.update_layout(
         title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
               f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
         yaxis=dict(title="physical blocks in use (log scale)", type="log", range=[-0.3, top],
-                   tickvals=[10**d for d in range(decades + 1)], ticktext=[f"{10**d:,}" for d in range(decades + 1)]),
+                   tickvals=[10**d for d in range(decades + 1)],
+                   ticktext=[f"{10**d:,}" for d in range(decades + 1)]),
         height=400, margin=dict(t=90, b=40))
     return fig
 
 
-def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len: int = 48, block_size: int = 16,
+def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len: int = 48,
+                           block_size: int = 16,
                            user_len: int = 12) -> str:
     """One line under the prefix-sharing sliders: what sharing saved, and why not more."""
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
@@ -406,7 +418,8 @@ def prefix_sharing_readout(fig: go.Figure | None = None, k: int = 8, system_len:
             f"{full} full block(s) are stored once instead of {k} times ({saved} saved)")
     rest = system_len % block_size
     if rest:
-        line += f"; its last {rest} token(s) share a block with each request's own text, so they are not shared"
+        line += (f"; its last {rest} token(s) share a block with each request's own text, "
+                 "so they are not shared")
     return line if k > 1 else line + "; one request has nobody to share with"
 
 
@@ -425,7 +438,8 @@ def fig_sharing_vs_block_size(system_len: int = 50, block_sizes: Sequence[int] =
                          text=shared_tokens, textposition="outside"), secondary_y=False)
     fig.add_trace(go.Scatter(x=x, y=hit_rates, name="hit rate", mode="lines+markers",
                              line=dict(color="#d62728")), secondary_y=True)
-    fig.update_layout(title=f"A {system_len}-token system prompt, {k} requests: what each block size can share",
+    fig.update_layout(title=f"A {system_len}-token system prompt, {k} requests: what each block size can "
+                            "share",
                       xaxis_title="block_size", height=380, margin=dict(t=70, b=40),
                       legend=dict(orientation="h", y=1.1))
     fig.update_yaxes(title_text="reused tokens", range=[0, system_len * 1.2], secondary_y=False)
@@ -445,7 +459,8 @@ def _playground_frame(block_size: int, num_blocks: int, requests: range, seeds: 
 
 
 def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int = 0,
-                           num_blocks: int = 32, bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
+                           num_blocks: int = 32,
+                           bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables.
 
     ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9)}``)
@@ -463,16 +478,17 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
     return fig_block_tables(bm, block_size, title=title, cols=8, frame=frame)
 
 
-def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6, seed: int = 0,
+def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6,
+                        seed: int = 0,
                         num_blocks: int = 32) -> str:
     """One line under the block-table sliders: where the empty slots are, and why."""
     bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
     running = bm.seq_ids
     tokens = sum(bm.num_tokens(s) for s in running)
     empty = bm.num_used_blocks * block_size - tokens
-    line = (f"{len(running)} running request(s) hold {tokens} tokens in {bm.num_used_blocks} of {num_blocks} blocks: "
-            f"<b>{empty} empty slots</b>, all in last blocks (at most {block_size - 1} per request, so at most "
-            f"{len(running) * (block_size - 1)})")
+    line = (f"{len(running)} running request(s) hold {tokens} tokens in {bm.num_used_blocks} of {num_blocks} "
+            f"blocks: <b>{empty} empty slots</b>, all in last blocks (at most {block_size - 1} per request, "
+            f"so at most {len(running) * (block_size - 1)})")
     if turned_away:
         line += f"; {turned_away} turned away: the pool of {num_blocks} × {block_size} slots was full"
     return line

@@ -23,7 +23,8 @@ FREE = "#e5e5e5"
 DEFAULT_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-def fig_paged_pool(block_tables, context_lens, num_blocks: int, block_size: int, title: str | None = None) -> go.Figure:
+def fig_paged_pool(block_tables, context_lens, num_blocks: int, block_size: int,
+                   title: str | None = None) -> go.Figure:
     """The physical pool, one row per block and one cell per slot, coloured by the sequence that owns it.
 
     Shows what "scattered pages" means: a sequence's blocks sit anywhere in the pool, in the order its
@@ -40,7 +41,8 @@ def fig_paged_pool(block_tables, context_lens, num_blocks: int, block_size: int,
                 z[row[j]][off] = s + (0.0 if pos < n else 0.5)
                 text[row[j]][off] = f"seq {s}, token {pos}" if pos < n else f"seq {s}, empty slot"
     colorscale, n_seq = [], max(1, len(tables))
-    stops = [(-1.0, FREE)] + [(s + h, PALETTE[s % len(PALETTE)] if h == 0 else _pale(PALETTE[s % len(PALETTE)]))
+    stops = [(-1.0, FREE)] + [(s + h, PALETTE[s % len(PALETTE)] if h == 0
+                               else _pale(PALETTE[s % len(PALETTE)]))
                               for s in range(n_seq) for h in (0.0, 0.5)]
     lo, hi = -1.0, n_seq - 0.5
     for v, c in stops:
@@ -52,7 +54,8 @@ def fig_paged_pool(block_tables, context_lens, num_blocks: int, block_size: int,
     keys += [("empty slot of a last block (pale)", "#cccccc"), ("free block", FREE)]
     for name, color in keys:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                                 marker=dict(symbol="square", size=12, color=color, line=dict(color="#999", width=1))))
+                                 marker=dict(symbol="square", size=12, color=color,
+                                             line=dict(color="#999", width=1))))
     fig.update_layout(
         title=title or f"The KV pool: {num_blocks} blocks x {block_size} slots, {len(tables)} sequences",
         xaxis_title="slot offset in the block", yaxis_title="physical block id",
@@ -88,7 +91,8 @@ def fig_block_size_tradeoff(context_lens: Sequence[int], block_sizes: Sequence[i
     waste = [100 * c.waste_frac for c in costs]
     fig = make_subplots(1, 2, horizontal_spacing=0.14, subplot_titles=(
         "table entries (lookups) per sequence", "slots empty in last blocks (%)"))
-    fig.add_trace(go.Scatter(x=list(block_sizes), y=lookups, mode="lines+markers", name="lookups per sequence",
+    fig.add_trace(go.Scatter(x=list(block_sizes), y=lookups, mode="lines+markers",
+                             name="lookups per sequence",
                              line=dict(color=PALETTE[0]), showlegend=False), row=1, col=1)
     fig.add_trace(go.Scatter(x=list(block_sizes), y=waste, mode="lines+markers", name="% of slots empty",
                              line=dict(color=PALETTE[3]), showlegend=False), row=1, col=2)
@@ -96,11 +100,13 @@ def fig_block_size_tradeoff(context_lens: Sequence[int], block_sizes: Sequence[i
         for col in (1, 2):
             fig.add_vline(x=highlight, line_dash="dot", line_color="#555", row=1, col=col)
     sizes = [str(b) for b in block_sizes]
-    fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=sizes, minor=dict(ticks="", showgrid=False),
+    fig.update_xaxes(type="log", tickvals=list(block_sizes), ticktext=sizes,
+                     minor=dict(ticks="", showgrid=False),
                      title_text="block size (tokens per block)")
     lo, hi = lookups_range or (min(lookups), max(lookups))
     ticks = _log_ticks(lo, hi)
-    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in ticks],
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:,.0f}" if t >= 1 else f"{t:g}"
+                                                           for t in ticks],
                      minor=dict(ticks="", showgrid=False), title_text="entries per sequence (log scale)",
                      row=1, col=1)
     if lookups_range:
@@ -132,15 +138,16 @@ def tradeoff_playground(block_size: int, mean_context: int, num_seqs: int, seed:
     lens = sample_context_lens(num_seqs, mean_context, seed)
     if not bounds or "mean_context" not in bounds:
         return fig_block_size_tradeoff(lens, highlight=block_size)
-    longest = max(1, int(bounds["mean_context"][1]) * 3 // 2)  # a table has at least 1 entry, at most this many
+    # a table has at least 1 entry, at most this many
+    longest = max(1, int(bounds["mean_context"][1]) * 3 // 2)
     return fig_block_size_tradeoff(lens, highlight=block_size, waste_top=100, lookups_range=(1, longest))
 
 
 def tradeoff_readout(fig=None, *, block_size: int, mean_context: int, num_seqs: int, seed: int = 0) -> str:
     """What the chosen block size costs for this workload, and why."""
     c = block_size_cost(sample_context_lens(num_seqs, mean_context, seed), block_size)
-    return (f"blocks of {block_size}: {c.lookups_per_seq:.1f} table entries per sequence (about {mean_context} "
-            f"tokens ÷ {block_size} per block); {c.wasted_slots:,} of {c.slots:,} slots empty "
+    return (f"blocks of {block_size}: {c.lookups_per_seq:.1f} table entries per sequence (about "
+            f"{mean_context} tokens ÷ {block_size} per block); {c.wasted_slots:,} of {c.slots:,} slots empty "
             f"({100 * c.waste_frac:.1f}%), because each sequence's last block is on average half empty "
             f"(≈ {block_size / 2:g} slots of {block_size}).")
 
@@ -158,12 +165,16 @@ def fig_kernel_bench(rows: Sequence[Mapping], metric: str = "pct_peak") -> go.Fi
     fig = go.Figure()
     keys = sorted({(r["batch"], r["block_size"]) for r in rows})
     for i, (batch, bs) in enumerate(keys):
-        pts = sorted((r for r in rows if (r["batch"], r["block_size"]) == (batch, bs) and r.get(metric) is not None),
+        pts = sorted((r for r in rows if (r["batch"], r["block_size"]) == (batch, bs)
+                      and r.get(metric) is not None),
                      key=lambda r: r["context_len"])
-        fig.add_trace(go.Scatter(x=[r["context_len"] for r in pts], y=[r[metric] for r in pts], mode="lines+markers",
-                                 name=f"batch {batch}, block {bs}", line=dict(color=PALETTE[i % len(PALETTE)])))
+        fig.add_trace(go.Scatter(x=[r["context_len"] for r in pts], y=[r[metric] for r in pts],
+                                 mode="lines+markers",
+                                 name=f"batch {batch}, block {bs}",
+                                 line=dict(color=PALETTE[i % len(PALETTE)])))
     device = rows[0].get("device", "") if rows else ""
-    fig.update_layout(title=f"Paged decode on {device}: {labels[metric]}", xaxis_title="context length (tokens)",
+    fig.update_layout(title=f"Paged decode on {device}: {labels[metric]}",
+                      xaxis_title="context length (tokens)",
                       yaxis_title=labels[metric], xaxis_type="log", height=400, margin=dict(t=60, b=40))
     return fig
 
@@ -182,8 +193,10 @@ def fig_last_block_mask(context_len: int, block_size: int, table: Sequence[int] 
     if len(table) < num_blocks:
         raise ValueError(f"table lists {len(table)} blocks; {context_len} tokens need {num_blocks}")
     rows = [f"logical {j} → block {int(table[j])}" for j in range(num_blocks)]
-    z = [[1 if j * block_size + off < context_len else 0 for off in range(block_size)] for j in range(num_blocks)]
-    text = [[str(j * block_size + off) if j * block_size + off < context_len else "×" for off in range(block_size)]
+    z = [[1 if j * block_size + off < context_len else 0 for off in range(block_size)]
+         for j in range(num_blocks)]
+    text = [[str(j * block_size + off) if j * block_size + off < context_len else "×"
+             for off in range(block_size)]
             for j in range(num_blocks)]
     tail = num_blocks * block_size - context_len
     fig = go.Figure(go.Heatmap(z=z, x=list(range(block_size)), y=rows, text=text, texttemplate="%{text}",
@@ -196,7 +209,8 @@ def fig_last_block_mask(context_len: int, block_size: int, table: Sequence[int] 
     fig.update_layout(title=f"{context_len} tokens in {num_blocks} blocks of {block_size}: "
                             f"the last block has {tail} empty slot{'s' if tail != 1 else ''}",
                       xaxis_title="slot in the block", yaxis=dict(autorange="reversed"),
-                      height=140 + 34 * num_blocks, margin=dict(t=60, b=40), legend=dict(orientation="h", y=-0.25))
+                      height=140 + 34 * num_blocks, margin=dict(t=60, b=40),
+                      legend=dict(orientation="h", y=-0.25))
     return fig
 
 
@@ -212,11 +226,14 @@ def fig_online_softmax(block_scores: Sequence[Sequence[float]], head: int = 0) -
     for j, scores in enumerate(block_scores):
         fig.add_trace(go.Scatter(x=list(range(start, start + len(scores))), y=list(scores), mode="markers",
                                  marker=dict(color=PALETTE[j % 2 * 7], size=7), name=f"block {j}",
-                                 showlegend=False, hovertemplate=f"block {j}, token %{{x}}: %{{y:.2f}}<extra></extra>"),
+                                 showlegend=False,
+                                 hovertemplate=f"block {j}, token %{{x}}: %{{y:.2f}}<extra></extra>"),
                       row=1, col=1)
         start += len(scores)
-    fig.add_trace(go.Scatter(x=[-0.5] + [e + 0.5 for e in ends], y=[trace[0]["max"]] + [t["max"] for t in trace],
-                             mode="lines", line=dict(shape="vh", color="#333"), name="running max m"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[-0.5] + [e + 0.5 for e in ends],
+                             y=[trace[0]["max"]] + [t["max"] for t in trace],
+                             mode="lines", line=dict(shape="vh", color="#333"), name="running max m"),
+                  row=1, col=1)
     fig.add_trace(go.Bar(x=ends, y=[t["sum"] for t in trace], name="l after the block",
                          marker_color=[EMPTY if t["rescale"] < 1 else PALETTE[2] for t in trace],
                          text=[f"×{t['rescale']:.2f} first" if t["rescale"] < 1 else "" for t in trace],
@@ -236,10 +253,12 @@ def fig_split_merge(lse: Sequence[float], labels: Sequence[str]) -> go.Figure:
     if len(lse) != len(labels):
         raise ValueError(f"lse and labels must have the same length, got {len(lse)} and {len(labels)}")
     w = stepwise.split_weights(lse)
-    text = [f"lse {x:.2f} → {100 * v:.0f}%" if x != -math.inf else "empty: lse −∞ → 0%" for x, v in zip(lse, w)]
+    text = [f"lse {x:.2f} → {100 * v:.0f}%" if x != -math.inf else "empty: lse −∞ → 0%"
+            for x, v in zip(lse, w)]
     fig = go.Figure(go.Bar(x=list(labels), y=[100 * v for v in w], text=text, textposition="outside",
                            marker_color=[PALETTE[i % len(PALETTE)] for i in range(len(w))]))
-    fig.update_layout(title="Split-KV: each partition's partial output, weighted by exp(lse − logsumexp(lse))",
+    fig.update_layout(title="Split-KV: each partition's partial output, "
+                            "weighted by exp(lse − logsumexp(lse))",
                       yaxis=dict(title="weight in the merge (%)", range=[0, 115]), height=360,
                       margin=dict(t=70, b=40))
     return fig
