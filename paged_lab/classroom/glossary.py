@@ -46,9 +46,9 @@ TERMS: tuple[Term, ...] = (
          "for it (vLLM `Request`, nano-vllm `Sequence`).", True, ("requests", "sequence", "sequences")),
     Term("KV cache", "luggage", "行李", "The K and V vectors of every token in every layer, kept so the next "
          "token need not recompute them; grows linearly with the conversation.", True),
-    Term("K and V", "name tags and folders", "名牌和資料夾", "Per token and layer, the key (matched against "
-                                                       "later queries) and the value (mixed "
-                                                       "into the output).", True, ("K/V", "KV")),
+    Term("K and V", "name tags and folders", "名牌和資料夾",
+         "Per token and layer, the key (matched against later queries) and the value (mixed into the "
+         "output).", True, ("K/V", "KV")),
     Term("bytes per token", "the size of one piece of luggage", "一件行李的大小",
          "KV bytes one token costs: 2 × "
          "layers × KV heads × head_dim × bytes per number."),

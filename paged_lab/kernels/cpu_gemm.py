@@ -19,7 +19,6 @@ Built on first use like :mod:`~paged_lab.kernels.cpu_paged` (same cache folder a
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import torch
@@ -33,21 +32,15 @@ PANEL = 16  # output features per panel: one AVX-512 register of fp32
 # 1,024. bf16 (2 threads): 0.63x oneDNN's at 4 rows, even at 8, and oneDNN's AMX tiles far ahead from 16 on.
 MAX_ROWS = {torch.float32: 256, torch.bfloat16: 4}
 
-_lock = threading.Lock()
-_state: dict = {}
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, n = ctypes.c_void_p, ctypes.c_long
+    lib.panel_gemm.restype = None
+    lib.panel_gemm.argtypes = [p, p, ctypes.c_int, p, p, n, n, n, ctypes.c_int]
 
 
-def _lib() -> ctypes.CDLL | None:
-    if "lib" not in _state:
-        with _lock:
-            if "lib" not in _state:
-                lib, why = cpu_paged.load_library(SOURCE)
-                if lib is not None:
-                    p, n = ctypes.c_void_p, ctypes.c_long
-                    lib.panel_gemm.restype = None
-                    lib.panel_gemm.argtypes = [p, p, ctypes.c_int, p, p, n, n, n, ctypes.c_int]
-                _state["lib"], _state["why"] = lib, why
-    return _state["lib"]
+LIBRARY = cpu_paged.CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
+_lib = LIBRARY.lib
 
 
 def why_unusable(weight: torch.Tensor) -> str | None:
@@ -57,7 +50,7 @@ def why_unusable(weight: torch.Tensor) -> str | None:
     if weight.dim() != 2 or weight.shape[0] % PANEL:
         return f"weight shape {tuple(weight.shape)} (needs [N, K] with N a multiple of {PANEL})"
     _lib()
-    return None if _state["why"] is None else f"the C matmul is not loaded ({_state['why']})"
+    return None if LIBRARY.why is None else f"the C matmul is not loaded ({LIBRARY.why})"
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

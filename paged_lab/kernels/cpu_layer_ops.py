@@ -11,7 +11,6 @@ rounded wherever the torch code rounds. Built on first use like :mod:`~paged_lab
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import torch
@@ -21,24 +20,18 @@ from paged_lab.kernels import cpu_paged
 SOURCE = Path(__file__).with_name("csrc") / "layer_ops.c"
 DTYPES = (torch.float32, torch.bfloat16)
 
-_lock = threading.Lock()
-_state: dict = {}
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    lib.rms_norm.argtypes = [p, p, p, n, n, ctypes.c_float, i, i]
+    lib.rope.argtypes = [p, n, n, p, n, n, p, p, n, n, i, i]
+    lib.silu_mul.argtypes = [p, p, n, n, i, i]
+    for f in (lib.rms_norm, lib.rope, lib.silu_mul):
+        f.restype = None
 
 
-def _lib() -> ctypes.CDLL | None:
-    if "lib" not in _state:
-        with _lock:
-            if "lib" not in _state:
-                lib, why = cpu_paged.load_library(SOURCE)
-                if lib is not None:
-                    p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
-                    lib.rms_norm.argtypes = [p, p, p, n, n, ctypes.c_float, i, i]
-                    lib.rope.argtypes = [p, n, n, p, n, n, p, p, n, n, i, i]
-                    lib.silu_mul.argtypes = [p, p, n, n, i, i]
-                    for f in (lib.rms_norm, lib.rope, lib.silu_mul):
-                        f.restype = None
-                _state["lib"], _state["why"] = lib, why
-    return _state["lib"]
+LIBRARY = cpu_paged.CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
+_lib = LIBRARY.lib
 
 
 def usable(x: torch.Tensor) -> bool:

@@ -40,8 +40,6 @@ SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 KV_DTYPES = (torch.float32, torch.bfloat16)  # what the C kernels read (bf16 widened to fp32 exactly)
 CFLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp", "-shared", "-fPIC")
 
-_lock = threading.Lock()
-_state: dict = {}  # "lib": the loaded CDLL or None; "why": the reason it is None
 
 
 # Loading a shared library runs its code (its constructors run at dlopen), so the cached .so is only
@@ -119,7 +117,9 @@ def load_library(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
         return None, "no C compiler found (install gcc, or set CC)"
     from paged_lab._cache import cache_root
 
-    key = hashlib.sha256(source.read_bytes() + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
+    # the headers of csrc/ count too: a changed exp_neg must rebuild every file that includes it
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+    key = hashlib.sha256(source.read_bytes() + headers + " ".join((cc, *CFLAGS)).encode()).hexdigest()[:16]
     folder = cache_root() / "kernels"
     lib_path = folder / f"{source.stem}-{key}.so"
     digest_path = folder / f"{source.stem}-{key}.so.sha256"
@@ -137,24 +137,38 @@ def load_library(source: Path) -> tuple[ctypes.CDLL | None, str | None]:
         return None, f"could not build or load {lib_path.name}: {e}"
 
 
-def _build() -> tuple[ctypes.CDLL | None, str | None]:
-    lib, why = load_library(SOURCE)
-    if lib is None:
-        return None, why
-    p, n = ctypes.c_void_p, ctypes.c_long
+class CLibrary:
+    """One C file of ``csrc/``, built and loaded on its first use (once, thread-safe), with the ctypes
+    signatures of its functions set by ``declare(lib)``. ``lib()`` is the library or None; ``why`` then
+    says why not (no AVX-512, no compiler, a build error, ``PAGED_LAB_CPU_KERNELS=0``)."""
+
+    def __init__(self, source: Path, declare):
+        self.source, self._declare = source, declare
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._lib: ctypes.CDLL | None = None
+        self.why: str | None = None
+
+    def lib(self) -> ctypes.CDLL | None:
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    self._lib, self.why = load_library(self.source)
+                    if self._lib is not None:
+                        self._declare(self._lib)
+                    self._loaded = True
+        return self._lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
     lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
-    i = ctypes.c_int
     lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
     lib.paged_prefill.argtypes = [p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
-    return lib, None
 
 
-def _lib() -> ctypes.CDLL | None:
-    if "lib" not in _state:
-        with _lock:
-            if "lib" not in _state:
-                _state["lib"], _state["why"] = _build()
-    return _state["lib"]
+LIBRARY = CLibrary(SOURCE, _declare)
+_lib = LIBRARY.lib
 
 
 def available() -> bool:
@@ -165,7 +179,7 @@ def available() -> bool:
 def why_unavailable() -> str | None:
     """None when the library is loaded, else why the torch path runs instead."""
     _lib()
-    return _state["why"]
+    return LIBRARY.why
 
 
 def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:

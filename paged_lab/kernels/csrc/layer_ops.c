@@ -22,6 +22,8 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "avx512_math.h" /* exp_neg */
+
 /* 16 values at element i of p (fp32 or bf16, widened exactly); `n` valid lanes (a masked tail). */
 static inline __m512 load16(const void *p, long i, long n, int bf16) {
     __mmask16 m = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
@@ -93,25 +95,6 @@ void rope(void *q, long q_stride, long nq, void *k, long k_stride, long nkv, con
           long rows, long hd, int bf16, int threads) {
     rope_rows(q, q_stride, nq, cos, sin, rows, hd, bf16, threads);
     rope_rows(k, k_stride, nkv, cos, sin, rows, hd, bf16, threads);
-}
-
-/* e^x for x <= 0: x = n ln2 + r, a degree-7 Taylor polynomial in r (relative error about 1e-8), times
- * 2^n; the same as paged_attention.c's. */
-static inline __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 /* silu(g) = g / (1 + e^-g); for g < 0 as g e^g / (1 + e^g), so that e^x only ever sees x <= 0 */
