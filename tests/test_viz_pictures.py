@@ -119,6 +119,11 @@ def test_overview_reads_the_live_engine_and_says_which_backend_ran(tiny_llm):
     assert "2 prompts" in text["requests"] and "CPU" in text["device"]
     assert [n for n in text if " -> " in n and not n.endswith("label")] == [
         "requests -> scheduler", "scheduler -> kv_cache", "kv_cache -> attention", "attention -> device"]
+    # each part is drawn as a filled box (a trace), under its text: the page draws data, not only shapes
+    from paged_lab.viz.overview import LAYOUT
+
+    boxes = [(min(t.x), max(t.x), min(t.y), max(t.y)) for t in fig.data]
+    assert [t.fill for t in fig.data] == ["toself"] * 5 and boxes == [LAYOUT[n] for n in overview_boxes(ov)]
 
 
 def test_overview_boxes_follow_the_settings():

@@ -143,13 +143,20 @@ def _arrow(src: str, dst: str) -> tuple[float, float, float, float]:
     return sx1, y, dx0, y
 
 
+def _translucent(color: str, alpha: float = 0.25) -> str:
+    """``#rrggbb`` as ``rgba(r, g, b, alpha)``: a box's fill, light enough to read its text on."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
 def fig_engine_overview(llm_or_overview, requests: Sequence | None = None,
                         title: str = "The engine that ran, as a whole: what vLLM is built of") -> go.Figure:
     """Requests -> the engine (Scheduler, BlockManager, attention backend) -> the device, with the live
     engine's names and numbers (``engine_overview``; pass an ``LLM`` or an ``EngineOverview``).
 
-    Every box is an annotation named after its part (``"scheduler"``, ...: heading and body), every
-    arrow one named ``"from -> to"``: a test reads what the figure shows from ``fig.layout.annotations``."""
+    Every box is a filled outline (one trace per part, in ``overview_boxes`` order) under an annotation
+    named after its part (``"scheduler"``, ...: heading and body), every arrow an annotation named
+    ``"from -> to"``: a test reads what the figure shows from ``fig.layout.annotations``."""
     ov = llm_or_overview
     if not isinstance(ov, EngineOverview):
         ov = engine_overview(ov, requests)
@@ -159,11 +166,13 @@ def fig_engine_overview(llm_or_overview, requests: Sequence | None = None,
     notes = [dict(x=(ENGINE[0] + ENGINE[1]) / 2, y=ENGINE[3] - 0.15, xref="x", yref="y", showarrow=False,
                   yanchor="top", name="engine", text="<b>the engine</b>: paged_lab's LLM, built like vLLM's",
                   font=dict(size=12))]
+    parts = []  # each part's box: a closed outline, filled (a trace, so the page draws data, not only shapes)
     for name, (heading, body) in boxes.items():
         x0, x1, y0, y1 = LAYOUT[name]
         fill = COLORS[name]
-        shapes.append(dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y1, name=name, fillcolor=fill, opacity=0.25,
-                           line=dict(color=fill if fill != "#f2f2f2" else "#999999", width=2), layer="below"))
+        parts.append(go.Scatter(x=[x0, x1, x1, x0, x0], y=[y0, y0, y1, y1, y0], mode="lines", fill="toself",
+                                fillcolor=_translucent(fill), hoverinfo="skip", showlegend=False,
+                                line=dict(color=fill if fill != "#f2f2f2" else "#999999", width=2)))
         notes.append(dict(x=(x0 + x1) / 2, y=(y0 + y1) / 2, xref="x", yref="y", showarrow=False, name=name,
                           text=f"<b>{heading}</b><br>{body}", font=dict(size=11), align="center",
                           hovertext=f"the model: {ov.model}" if name == "device" else None))
@@ -175,7 +184,7 @@ def fig_engine_overview(llm_or_overview, requests: Sequence | None = None,
                           xref="x", yref="y", showarrow=False, xanchor="left" if ax == x else "center",
                           yanchor="middle" if ax == x else "bottom", name=f"{src} -> {dst}: label",
                           text=f"<i>{what}</i>", font=dict(size=10, color="#555555")))
-    fig = go.Figure()
+    fig = go.Figure(parts)
     fig.update_layout(title=title, shapes=shapes, annotations=notes, plot_bgcolor="white", height=430,
                       margin=dict(t=60, b=10, l=10, r=10),
                       xaxis=dict(visible=False, range=[-0.1, 10.5]),
