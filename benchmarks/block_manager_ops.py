@@ -12,7 +12,7 @@ the median time per cycle and the ratio large / small (target: <= 1.5x).
     .venv/bin/python benchmarks/block_manager_ops.py --before /tmp/before   # this checkout against another
 
 ``--before CHECKOUT`` times the same cycle over the other checkout's BlockManager (its ``paged_lab`` copied as
-``paged_lab_before``, as ``sim_before_after.py`` does) and this one's, in a pool of 1,000 blocks, alternating
+``paged_lab_before``, by ``before_checkout.py``) and this one's, in a pool of 1,000 blocks, alternating
 chunk by chunk in one process and in CPU time, so other load on a shared machine hits both alike.
 """
 
@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
+import importlib
 import statistics
 import time
 from pathlib import Path
+
+from before_checkout import import_before  # benchmarks/, beside this script
 
 from paged_lab.memory import BlockManager
 
@@ -80,12 +82,8 @@ def compare(small: int, large: int, caching: bool, repeats: int, cycles: int) ->
 def compare_checkouts(checkout: Path, caching: bool, repeats: int, cycles: int,
                       num_blocks: int = 1_000) -> tuple[float, float]:
     """Median CPU seconds per cycle of ``checkout``'s BlockManager and of this one's, taking turns."""
-    # (its loader: the other checkout as paged_lab_before)
-    path = Path(__file__).with_name("sim_before_after.py")
-    spec = importlib.util.spec_from_file_location("sim_before_after", path)
-    sim_before_after = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sim_before_after)
-    before_class = sim_before_after.load_before(checkout).BlockManager
+    import_before(checkout, needs="memory", copy_c=False)
+    before_class = importlib.import_module("paged_lab_before.memory").BlockManager
     managers = {"before": make_manager(num_blocks, caching, before_class),
                 "after": make_manager(num_blocks, caching)}
     gc.collect()

@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
-import re
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+
+from before_checkout import import_before  # benchmarks/, beside this script
 
 
 def simulation_api(package: str) -> SimpleNamespace:
@@ -46,16 +44,7 @@ def simulation_api(package: str) -> SimpleNamespace:
 
 def load_before(checkout: Path) -> SimpleNamespace:
     """The other checkout's ``paged_lab``, imported as ``paged_lab_before``: its simulation API."""
-    src = checkout / "paged_lab"
-    if not (src / "memory").is_dir():
-        raise SystemExit(f"checkout: {checkout} has no paged_lab/memory "
-                         "(give the root of a paged-lab checkout)")
-    tmp = Path(tempfile.mkdtemp(prefix="paged_lab_before_"))
-    dst = tmp / "paged_lab_before"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "csrc"))
-    for py in dst.rglob("*.py"):
-        py.write_text(re.sub(r"\bpaged_lab\b", "paged_lab_before", py.read_text()))
-    sys.path.insert(0, str(tmp))
+    import_before(checkout, needs="memory", copy_c=False)
     return simulation_api("paged_lab_before")
 
 

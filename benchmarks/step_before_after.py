@@ -29,15 +29,12 @@ import importlib
 import io
 import os
 import pstats
-import re
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+from before_checkout import import_before  # benchmarks/, beside this script
 
 import paged_lab
 import paged_lab.engine
@@ -46,18 +43,8 @@ from paged_lab.tools.bench import bench_workload
 
 
 def load_before(checkout: Path):
-    """The other checkout's ``paged_lab`` package, imported as ``paged_lab_before``."""
-    src = checkout / "paged_lab"
-    if not (src / "engine").is_dir():
-        raise SystemExit(f"checkout: {checkout} has no paged_lab/engine (give the root of a paged-lab "
-                         "checkout)")
-    tmp = Path(tempfile.mkdtemp(prefix="paged_lab_before_"))
-    dst = tmp / "paged_lab_before"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for py in dst.rglob("*.py"):
-        py.write_text(re.sub(r"\bpaged_lab\b", "paged_lab_before", py.read_text()))
-    sys.path.insert(0, str(tmp))
-    pkg = importlib.import_module("paged_lab_before")
+    """The other checkout's ``paged_lab`` package, imported as ``paged_lab_before`` (C sources included)."""
+    pkg = import_before(checkout, needs="engine")
     importlib.import_module("paged_lab_before.engine")
     return pkg
 
