@@ -340,7 +340,8 @@ def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16") -> int:
 
 
 def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: Any = "bfloat16") -> int:
-    """Whole KV blocks that fit in ``memory_bytes``: floor(memory / (block_size x bytes/token)), as vLLM."""
+    """Whole KV blocks that fit in ``memory_bytes``: floor(memory / (block_size x bytes/token)), as vLLM.
+    A block here spans every layer; with sliding-window layers vLLM pages each layer group apart."""
     check_positive("memory_bytes", memory_bytes)
     check_int("block_size", block_size, minimum=1)
     return int(memory_bytes // (block_size * spec.kv_bytes_per_token(dtype)))

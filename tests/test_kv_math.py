@@ -286,6 +286,15 @@ def test_from_hf_config_reads_gemma_3s_sliding_window_pattern_inside_text_config
     assert _without_params(spec) == _without_params(get_spec("gemma-3-27b"))
 
 
+def test_from_hf_config_reads_transformers_gemma_3_config():
+    from transformers import Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=16, head_dim=128,
+                           hidden_size=5376, intermediate_size=21504, vocab_size=262208, sliding_window=1024,
+                           max_position_embeddings=131072, tie_word_embeddings=True)
+    assert _without_params(ModelSpec.from_hf_config(cfg)) == _without_params(get_spec("gemma-3-27b"))
+
+
 def test_from_hf_config_reads_deepseek_v3s_latent():
     from transformers import DeepseekV3Config
 
