@@ -44,7 +44,7 @@ from paged_lab.memory.errors import (
 from paged_lab.memory.events import Event
 from paged_lab.memory.invariants import check_invariants
 
-__all__ = ["NULL_BLOCK", "KVCacheGroup", "HybridBlockManager", "blocks_held_over_time"]
+__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "blocks_held_over_time"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,37 @@ class KVCacheGroup:
         return max(0, num_computed_tokens - self.sliding_window + 1)
 
 
+def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = None) -> list[KVCacheGroup]:
+    """Split a model's layers into layer groups as vLLM does (``_get_kv_cache_groups_uniform_page_size`` in
+    ``vllm/v1/core/kv_cache_utils.py``): every group has the same number of layers, because one pool block
+    holds one page of each layer of a group. ``layer_types``: per layer, ``"full_attention"`` or
+    ``"sliding_attention"`` (Hugging Face's ``config.layer_types``). The group size is the smallest type's
+    layer count (the largest when no type has 1.5x the smallest); a type splits into interleaved groups,
+    its last one padded (vLLM pads it with unused layers).
+
+    >>> [(g.name, g.num_layers) for g in kv_cache_groups(["sliding_attention", "full_attention"] * 12, 128)]
+    [('full_attention', 12), ('sliding_attention', 12)]
+    """
+    kinds = {"full_attention": None, "sliding_attention": sliding_window}
+    by_type: dict[str, int] = {}
+    for i, t in enumerate(layer_types):
+        if t not in kinds:
+            raise InvalidBlockConfig(f"layer_types[{i}]: must be one of {list(kinds)}, got {t!r}")
+        by_type[t] = by_type.get(t, 0) + 1
+    if not by_type:
+        raise InvalidBlockConfig("layer_types: needs at least one layer, got none")
+    if "sliding_attention" in by_type and sliding_window is None:
+        raise InvalidBlockConfig("sliding_window: layer_types has sliding_attention layers; give their window")
+    size = min(by_type.values())
+    if max(by_type.values()) < 1.5 * size:
+        size = max(by_type.values())
+    groups = []
+    for t in kinds:  # full attention first (vLLM sorts it first for its cache-hit search too)
+        n = cdiv(by_type.get(t, 0), size)
+        groups += [KVCacheGroup(t if n == 1 else f"{t}.{i}", size, kinds[t]) for i in range(n)]
+    return groups
+
+
 class HybridBlockManager:
     """Block tables per layer group over one pool of ``num_blocks`` blocks; a ``KVCacheAllocator``.
 
@@ -97,6 +128,9 @@ class HybridBlockManager:
             raise InvalidBlockConfig(f"groups: need at least one KVCacheGroup, got {groups!r}")
         if len({g.name for g in groups}) != len(groups):
             raise InvalidBlockConfig(f"groups: names must differ, got {[g.name for g in groups]}")
+        if len({g.num_layers for g in groups}) != 1:  # one pool block = one page of every layer of a group
+            raise InvalidBlockConfig(f"groups: every group needs the same num_layers (vLLM pads them to one "
+                                     f"size: kv_cache_groups()), got {[g.num_layers for g in groups]}")
         if enable_prefix_caching:
             raise InvalidBlockConfig("enable_prefix_caching: not supported by HybridBlockManager yet "
                                      "(a window group's hit needs only the last window's blocks); use False")
