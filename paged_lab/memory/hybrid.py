@@ -92,7 +92,7 @@ def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = Non
     if not by_type:
         raise InvalidBlockConfig("layer_types: needs at least one layer, got none")
     if "sliding_attention" in by_type and sliding_window is None:
-        raise InvalidBlockConfig("sliding_window: layer_types has sliding_attention layers; give their window")
+        raise InvalidBlockConfig("sliding_window: layer_types has sliding_attention layers: give it")
     size = min(by_type.values())
     if max(by_type.values()) < 1.5 * size:
         size = max(by_type.values())
