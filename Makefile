@@ -126,6 +126,7 @@ vllm-python:
 
 vllm-traces: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py
+	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --hybrid
 
 # vLLM's greedy tokens on the real model (tests/data/vllm_greedy_tokens.json, tests/test_vllm_greedy.py).
 .PHONY: vllm-greedy
@@ -134,6 +135,7 @@ vllm-greedy: vllm-python
 
 vllm-traces-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
+	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --hybrid --check
 
 # Optional, never in CI: the names every cited vLLM file defines, for tests/test_vllm_claims.py
 # (docs/vllm_claims.md). `make vllm-index` rewrites tests/data/vllm_source_index.json after a notebook, doc or

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scriptkit import load_script
 
 from paged_lab.memory.hybrid import NULL_BLOCK, HybridBlockManager, KVCacheGroup
 from paged_lab.sched import Scheduler, Sequence
@@ -111,3 +112,17 @@ def test_admission_counts_the_window_cap():
     # when B was admitted, A held blocks, so fewer than 2 x 10 were free
     held_by_a = sum(len(t.get("A", [])) for t in admitted["block_ids"].values())
     assert sc["config"]["num_blocks"] - 1 - held_by_a < 20
+
+
+def test_file_is_the_recorders_canonical_output_of_its_hybrid_scenarios():
+    """As tests/test_vllm_traces.py for the main file: a hybrid scenario edited in the script without
+    re-recording (``--hybrid``) fails here. Needs no vLLM."""
+    rec = load_script("scripts/record_vllm_traces.py")
+    text = (Path(__file__).parent / "data" / "vllm_v1_hybrid_traces.json").read_text()
+    assert rec.dumps(TRACES) == text
+    defined = rec.hybrid_scenarios()
+    assert [s["name"] for s in TRACES["scenarios"]] == [s["name"] for s in defined]
+    for got, want in zip(TRACES["scenarios"], defined):
+        assert got["config"] == want["config"] and got["requests"] == want["requests"], got["name"]
+        assert got["description"] == want["description"], got["name"]
+        assert got["config"]["sliding_window"] and not got["config"]["enable_prefix_caching"]
