@@ -13,6 +13,12 @@ library, vllm and torch (vllm's own dependency, for the KV-cache spec's dtype) a
 
     make vllm-traces                      # re-record tests/data/vllm_v1_traces.json
     $(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check   # exit 1 if it would change
+    $(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --hybrid  # tests/data/vllm_v1_hybrid_traces.json
+
+``--hybrid`` records other scenarios, whose KVCacheConfig has two groups over one pool: ``["full"]`` with a
+``FullAttentionSpec`` and ``["swa"]`` with a ``SlidingWindowSpec`` (window ``config["sliding_window"]``);
+each step's ``block_ids`` then holds each group's tables, ``{"full": {rid: ids}, "swa": {rid: ids}}``, with
+vLLM's null block 0 where the window gave a block back (tests/test_vllm_hybrid_parity.py).
 
 ``--model-dir`` names a local Hugging Face model directory that only feeds vLLM's ``ModelConfig``
 (config.json; no weights are read, no tokenizer is started). The default,
@@ -33,6 +39,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "vllm_v1_traces.json"
+HYBRID_OUT = REPO / "tests" / "data" / "vllm_v1_hybrid_traces.json"
+GROUP_NAMES = ("full", "swa")  # the layer names of the two groups of a hybrid scenario (one layer each)
 # paged_lab's cache root (paged_lab/_cache.py): $PAGED_LAB_CACHE, else ~/.cache/paged_lab.
 CACHE_ROOT = Path(os.environ.get("PAGED_LAB_CACHE", Path.home() / ".cache" / "paged_lab"))
 DEFAULT_MODEL_DIR = CACHE_ROOT / "smollm2-135m-instruct-fp32"
@@ -69,8 +77,8 @@ def seq(start: int, n: int) -> list[int]:
 
 
 def cfg(num_blocks, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, caching=False,
-        max_model_len=256):
-    return {
+        max_model_len=256, sliding_window=None):
+    c = {
         "num_blocks": num_blocks,
         "block_size": block_size,
         "max_num_seqs": max_num_seqs,
@@ -78,6 +86,9 @@ def cfg(num_blocks, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, cac
         "enable_prefix_caching": caching,
         "max_model_len": max_model_len,
     }
+    if sliding_window is not None:  # a hybrid scenario: a full group and a window group
+        c["sliding_window"] = sliding_window
+    return c
 
 
 def handwritten_scenarios() -> list[dict]:
@@ -261,6 +272,96 @@ def all_scenarios() -> list[dict]:
     return handwritten_scenarios() + [random_scenario(RANDOM_SEED0 + k) for k in range(NUM_RANDOM)]
 
 
+NUM_RANDOM_HYBRID = 12
+RANDOM_HYBRID_SEED0 = 2000
+
+
+def hybrid_scenarios() -> list[dict]:
+    """Two layer groups (full + a window of W) over one pool, caching off: the window's blocks drop."""
+    s = [{
+        "name": "swa_long_generation",
+        "description": "W=8, block 4: a 10-token prompt generating 30 tokens. The full group grows to 10 "
+                       "blocks; the window group frees each block once the window has passed it and holds "
+                       "at most 3 (its table fills with the null block from the front).",
+        "config": cfg(num_blocks=32, sliding_window=8),
+        "requests": [req("A", seq(101, 10), max_tokens=30)],
+    }, {
+        "name": "swa_window_inside_block",
+        "description": "W=6, block 4 (the window starts inside a block): a 5-token prompt generating 20.",
+        "config": cfg(num_blocks=24, sliding_window=6),
+        "requests": [req("A", seq(101, 5), max_tokens=20)],
+    }, {
+        "name": "swa_chunked_prefill",
+        "description": "W=8, block 4, an 8-token budget: a 30-token prompt is prefilled in chunks of 8 and "
+                       "the window group frees the blocks of earlier chunks before the next chunk's blocks "
+                       "are allocated; B arrives later and shares the budget.",
+        "config": cfg(num_blocks=32, max_num_seqs=4, max_num_batched_tokens=8, sliding_window=8),
+        "requests": [req("A", seq(101, 30), max_tokens=6), req("B", seq(201, 6), max_tokens=8,
+                                                               arrival_step=2)],
+    }, {
+        "name": "swa_admission_cap",
+        "description": "W=8, block 4, an 8-token budget: admission counts a window group's blocks only up to "
+                       "cdiv(W - 1 + budget, block) + 1 = 5 (SlidingWindowSpec.max_admission_blocks_per_"
+                       "request), so B's 40-token prompt (10 blocks per group) is admitted into 16 free "
+                       "blocks, not 20.",
+        "config": cfg(num_blocks=24, max_num_seqs=4, max_num_batched_tokens=8, sliding_window=8),
+        "requests": [req("A", seq(101, 12), max_tokens=6), req("B", seq(201, 40), max_tokens=2,
+                                                               arrival_step=1)],
+    }, {
+        "name": "swa_preemption_small_pool",
+        "description": "W=8, block 4, 14 usable blocks: three requests decode until the full group's growth "
+                       "runs the pool dry; the newest is preempted (its blocks in both groups freed) and "
+                       "recomputed later.",
+        "config": cfg(num_blocks=15, sliding_window=8),
+        "requests": [req("A", seq(101, 8), max_tokens=16), req("B", seq(201, 8), max_tokens=14),
+                     req("C", seq(301, 6), max_tokens=12, arrival_step=1)],
+    }, {
+        "name": "swa_small_window_block_2",
+        "description": "W=3, block 2: the window group keeps 2 or 3 blocks while four staggered requests "
+                       "reuse the blocks it gives back.",
+        "config": cfg(num_blocks=40, block_size=2, sliding_window=3),
+        "requests": [req(f"R{i}", seq(100 * i + 1, 3 + 2 * i), max_tokens=10 - i, arrival_step=i)
+                     for i in range(4)],
+    }]
+    return s + [random_hybrid_scenario(RANDOM_HYBRID_SEED0 + k) for k in range(NUM_RANDOM_HYBRID)]
+
+
+def random_hybrid_scenario(seed: int) -> dict:
+    rng = random.Random(seed)
+    block_size = rng.choice([2, 4, 4, 8])
+    window = rng.choice([3, 4, 6, 8, 12, 16])
+    num_blocks = rng.randint(10, 30)
+    max_num_seqs = rng.randint(1, 5)
+    budget = max(max_num_seqs, rng.choice([4, 8, 16, 64]))
+    c = cfg(num_blocks, block_size, max_num_seqs, budget, False, max_model_len=256, sliding_window=window)
+    requests: list[dict] = []
+    for i in range(rng.randint(2, 6)):
+        prompt = [rng.randrange(1, 1000) for _ in range(rng.randint(1, 4 * block_size))]
+        max_tokens = rng.randint(1, 30)
+        while not fits_alone(c, len(prompt) + max_tokens) and max_tokens > 1:
+            max_tokens -= 1
+        while not fits_alone(c, len(prompt) + max_tokens):
+            prompt.pop()
+        requests.append(req(f"R{i}", prompt, max_tokens, rng.choice([0, 0, 1, 2, 4, 8])))
+    return {
+        "name": f"random_hybrid_{seed}",
+        "description": f"Seeded random hybrid scenario (random.Random({seed})): block {block_size}, window "
+                       f"{window}, staggered arrivals, a small pool.",
+        "config": c,
+        "requests": requests,
+    }
+
+
+def fits_alone(c: dict, num_tokens: int) -> bool:
+    """Would one request of ``num_tokens`` tokens fit the pool alone (vLLM's admission count)?"""
+    bs, usable = c["block_size"], c["num_blocks"] - 1  # (block 0 is the null block)
+    blocks = -(-num_tokens // bs)
+    if "sliding_window" in c:  # + the window group, capped (SlidingWindowSpec.max_admission_blocks_...)
+        cap = -(-(c["sliding_window"] - 1 + c["max_num_batched_tokens"]) // bs) + 1
+        blocks += min(blocks, cap)
+    return blocks <= usable and num_tokens <= c["max_model_len"]
+
+
 # --------------------------------------------------------------------------------------------
 # Driving vLLM
 # --------------------------------------------------------------------------------------------
@@ -291,7 +392,12 @@ class Recorder:
             resolve_kv_cache_block_sizes,
         )
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+            SlidingWindowSpec,
+        )
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
@@ -307,7 +413,7 @@ class Recorder:
         self.resolve_kv_cache_block_sizes = resolve_kv_cache_block_sizes
         self.Scheduler = Scheduler
         self.FullAttentionSpec, self.KVCacheConfig = FullAttentionSpec, KVCacheConfig
-        self.KVCacheGroupSpec = KVCacheGroupSpec
+        self.KVCacheGroupSpec, self.SlidingWindowSpec = KVCacheGroupSpec, SlidingWindowSpec
         self.ModelRunnerOutput, self.Request = ModelRunnerOutput, Request
         self.StructuredOutputManager = StructuredOutputManager
 
@@ -330,16 +436,7 @@ class Recorder:
         )
         vllm_config.cache_config.num_gpu_blocks = c["num_blocks"]
         kv_cache_config = self.KVCacheConfig(
-            num_blocks=c["num_blocks"],
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                self.KVCacheGroupSpec(
-                    ["layer"],
-                    self.FullAttentionSpec(
-                        block_size=c["block_size"], num_kv_heads=1, head_size=1, dtype=self.torch.float32
-                    ),
-                )
-            ],
+            num_blocks=c["num_blocks"], kv_cache_tensors=[], kv_cache_groups=self.groups(c)
         )
         block_size, hash_block_size = self.resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
         cls = vllm_config.scheduler_config.get_scheduler_cls()
@@ -361,6 +458,18 @@ class Recorder:
         in_force = self.settings_in_force(vllm_config, scheduler, block_size, hash_block_size)
         self.check_config(c, in_force)
         return scheduler, hasher, in_force
+
+    def groups(self, c: dict) -> list:
+        """One full-attention group, or (hybrid) a full group and a sliding-window group: one pool."""
+        shape = {"block_size": c["block_size"], "num_kv_heads": 1, "head_size": 1,
+                 "dtype": self.torch.float32}
+        if "sliding_window" not in c:
+            return [self.KVCacheGroupSpec(["layer"], self.FullAttentionSpec(**shape))]
+        return [
+            self.KVCacheGroupSpec([GROUP_NAMES[0]], self.FullAttentionSpec(**shape)),
+            self.KVCacheGroupSpec([GROUP_NAMES[1]],
+                                  self.SlidingWindowSpec(**shape, sliding_window=c["sliding_window"])),
+        ]
 
     @staticmethod
     def settings_in_force(vllm_config, scheduler, block_size, hash_block_size) -> dict:
@@ -405,7 +514,7 @@ class Recorder:
         scheduler, hasher, in_force = self.build(c)
         kv = scheduler.kv_cache_manager
         pool = kv.block_pool
-        manager = kv.coordinator.single_type_managers[0]
+        managers = kv.coordinator.single_type_managers
         spec = {r["id"]: r for r in scenario["requests"]}
         objs: dict = {}
         stats = dict.fromkeys(
@@ -450,9 +559,9 @@ class Recorder:
             preempted = [i for i in reversed(running_before) if i in out.preempted_req_ids]
             if set(preempted) != set(out.preempted_req_ids):
                 raise RuntimeError(f"{scenario['name']} step {step}: preempted set not a running suffix")
-            block_ids = {
-                rid: [b.block_id for b in blocks] for rid, blocks in manager.req_to_blocks.items() if blocks
-            }
+            tables = [{rid: [b.block_id for b in blocks] for rid, blocks in m.req_to_blocks.items() if blocks}
+                      for m in managers]
+            block_ids = dict(zip(GROUP_NAMES, tables)) if "sliding_window" in c else tables[0]
             free_queue = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
 
             # The model: a request samples when its scheduled chunk reaches its last known token
@@ -516,13 +625,12 @@ class Recorder:
 
 def validate_scenario(scenario: dict) -> None:
     c = scenario["config"]
-    capacity = (c["num_blocks"] - 1) * c["block_size"]
     ids = [r["id"] for r in scenario["requests"]]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{scenario['name']}: duplicate request ids")
     for r in scenario["requests"]:
         total = len(r["prompt_token_ids"]) + r["max_tokens"]
-        if total > capacity or total > c["max_model_len"]:
+        if not fits_alone(c, total):
             raise ValueError(f"{scenario['name']}: {r['id']} cannot fit alone ({total} tokens)")
         if len(r["output_token_ids"]) != r["max_tokens"] or not r["prompt_token_ids"]:
             raise ValueError(f"{scenario['name']}: {r['id']} malformed")
@@ -540,12 +648,12 @@ PER_SCENARIO_KEYS = (
 )
 
 
-def record(model_dir: Path, verbose: bool = True) -> dict:
+def record(model_dir: Path, verbose: bool = True, hybrid: bool = False) -> dict:
     rec = Recorder(model_dir)
     if rec.version != EXPECTED_VLLM_VERSION:
         raise RuntimeError(f"vLLM {rec.version} installed; the traces are pinned to {EXPECTED_VLLM_VERSION}")
     traces, shared = [], None
-    scenarios = all_scenarios()
+    scenarios = hybrid_scenarios() if hybrid else all_scenarios()
     for k, sc in enumerate(scenarios, 1):
         t0 = time.monotonic()
         trace, in_force = rec.run(sc)
@@ -561,7 +669,7 @@ def record(model_dir: Path, verbose: bool = True) -> dict:
             print(f"[{k:2d}/{len(scenarios)}] {sc['name']:34s} {len(trace['steps']):3d} steps "
                   f"({time.monotonic() - t0:.1f} s)", flush=True)
     shared = dict(shared)
-    shared["per_scenario"] = list(PER_SCENARIO_KEYS)
+    shared["per_scenario"] = list(PER_SCENARIO_KEYS) + (["sliding_window"] if hybrid else [])
     shared["default_max_num_batched_tokens"] = rec.SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS
     return {
         "vllm_version": rec.version,
@@ -642,17 +750,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR,
                     help="local HF model dir for vLLM's ModelConfig (config.json only; default: %(default)s)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="trace file (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"trace file (default: {DEFAULT_OUT}, with --hybrid {HYBRID_OUT})")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="record the two-group (full + sliding window) scenarios instead")
     ap.add_argument("--check", action="store_true",
                     help="re-record and compare with --out instead of writing it; exit 1 on a difference")
     ap.add_argument("--quiet", action="store_true", help="no per-scenario progress")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = HYBRID_OUT if args.hybrid else DEFAULT_OUT
     if not (args.model_dir / "config.json").is_file():
         print(f"error: {args.model_dir}/config.json not found. It is created by the project's first "
               "paged_lab.models.load_model() call (run that from the project's own venv), or pass "
               "--model-dir with any local Hugging Face Llama-style model directory.", file=sys.stderr)
         return 2
-    data = record(args.model_dir, verbose=not args.quiet)
+    data = record(args.model_dir, verbose=not args.quiet, hybrid=args.hybrid)
     text = dumps(data)
     print(summary(data))
     if args.check:

@@ -19,6 +19,7 @@ from paged_lab.classroom import glossary
 CLAIMS = ROOT / "docs" / "vllm_claims.md"
 INDEX = ROOT / "tests" / "data" / "vllm_source_index.json"
 TRACES = ROOT / "tests" / "data" / "vllm_v1_traces.json"
+HYBRID_TRACES = ROOT / "tests" / "data" / "vllm_v1_hybrid_traces.json"
 NOTEBOOKS = ROOT / "notebooks"
 REINDEX = ("re-index the cited vLLM files: make vllm-index (it runs scripts/index_vllm_source.py under the "
            "vLLM venv, make vllm-venv; VLLM_VENV=/path reuses one) and commit "
@@ -119,7 +120,10 @@ def english_cells() -> dict[tuple[str, str], str]:
 
 
 def load_traces() -> dict:
-    return json.loads(TRACES.read_text(encoding="utf-8"))
+    """The scheduler traces; a row's "trace:" may also name a scenario of the hybrid (two-group) traces."""
+    traces = json.loads(TRACES.read_text(encoding="utf-8"))
+    traces["scenarios"] += json.loads(HYBRID_TRACES.read_text(encoding="utf-8"))["scenarios"]
+    return traces
 
 
 def row_problems(row: Row, index: dict, cells: dict, terms: set[str], traces: dict) -> list[str]:

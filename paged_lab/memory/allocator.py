@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class KVCacheAllocator(Protocol):
-    """The KV-cache allocator one Scheduler drives (BlockManager or ContiguousAllocator)."""
+    """The KV-cache allocator one Scheduler drives (BlockManager, ContiguousAllocator, HybridBlockManager)."""
 
     block_size: int  # token slots per block (1 for the contiguous allocator: a block is one slot)
     num_blocks: int  # blocks in the pool: num_blocks x block_size slots in all
@@ -47,6 +47,11 @@ class KVCacheAllocator(Protocol):
     def append_tokens(self, seq_id: Hashable, token_ids: Sequence[int]) -> CowAction | None:
         """Slots for the next tokens of ``seq_id``; raises ``OutOfBlocks`` (changing nothing) when they do
         not fit. Returns the block copy to make first when its last block was shared."""
+
+    def remove_skipped_blocks(self, seq_id: Hashable, num_computed_tokens: int) -> None:
+        """Give back the blocks no later token of ``seq_id`` reads, once ``num_computed_tokens`` are computed:
+        a sliding-window layer group's blocks before its window (``HybridBlockManager``); nothing for full
+        attention (BlockManager, ContiguousAllocator), as vLLM's ``remove_skipped_blocks`` for it."""
 
     def cache_blocks(self, seq_id: Hashable, num_tokens: int) -> None:
         """Offer to the prefix cache the full blocks among the first ``num_tokens`` tokens (KV computed)."""

@@ -22,10 +22,11 @@ from typing import NamedTuple
 
 from paged_lab._checks import check_int, check_token_ids
 from paged_lab.kv_math import cdiv
-from paged_lab.memory.block_pool import BlockPool
+from paged_lab.memory.block_pool import NULL_BLOCK, BlockPool
 from paged_lab.memory.errors import (
     DuplicateSequence,
     InvalidArgument,
+    InvalidBlockConfig,
     InvalidTokenId,
     OutOfBlocks,
     UnknownSequence,
@@ -60,6 +61,9 @@ class SequenceBlocks:
     # Leading blocks already offered to the prefix cache: hits, and full blocks whose KV the caller has
     # computed or computes in the current step (``cache_blocks``). Never a block whose KV may not exist.
     num_cached_blocks: int = 0
+    # Leading entries that are NULL_BLOCK: blocks a sliding window no longer reads, already freed
+    # (``free_blocks_before``; always 0 for a full-attention table).
+    num_skipped_blocks: int = 0
 
 
 class BlockManager:
@@ -73,8 +77,13 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
-                 record_events: bool = True, reuse: str = "v1"):
-        self.pool = BlockPool(num_blocks, block_size, reuse)  # reuse: which freed block is handed out next
+                 record_events: bool = True, reuse: str = "v1", pool: BlockPool | None = None):
+        # pool: a BlockPool shared with other managers (one per layer group, ``memory/hybrid.py``); by
+        # default the manager owns a new one. reuse: which freed block is handed out next.
+        self.pool = BlockPool(num_blocks, block_size, reuse) if pool is None else pool
+        if (self.pool.num_blocks, self.pool.block_size) != (num_blocks, block_size):
+            raise InvalidBlockConfig(f"pool: holds {self.pool.num_blocks} blocks of {self.pool.block_size} "
+                                     f"slots, but num_blocks={num_blocks}, block_size={block_size}")
         self.num_blocks, self.block_size = self.pool.num_blocks, self.pool.block_size
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.record_events = record_events
@@ -374,15 +383,41 @@ class BlockManager:
         self._emit("cow", seq_id, (src, dst), len(s.token_ids))
         return CowAction(src, dst)
 
+    def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
+        """Free the blocks no later token reads. Full attention reads every earlier token: nothing to
+        free (as vLLM's ``remove_skipped_blocks`` for a FullAttentionManager). A sliding-window group
+        frees its old blocks through :meth:`free_blocks_before` (``paged_lab.memory.hybrid``)."""
+
+    def free_blocks_before(self, seq_id, num_blocks: int) -> list[int]:
+        """Give the first ``num_blocks`` blocks of ``seq_id``'s table back to the pool: a sliding window
+        no longer reads their tokens. Their entries become NULL_BLOCK, so the table keeps its length and
+        ``table[pos // block_size]`` its meaning. Walks back from block ``num_blocks - 1`` and stops at the
+        first entry already null (as vLLM's ``_remove_blocks_in_range``), freeing in that order. Returns
+        the blocks given back (those another table shares stay held by it)."""
+        s = self._seq(seq_id)
+        upto = check_int("num_blocks", num_blocks, minimum=0, maximum=len(s.table), error=InvalidArgument)
+        if upto <= s.num_skipped_blocks:
+            return []
+        dropped = s.table[upto - 1:s.num_skipped_blocks - 1 if s.num_skipped_blocks else None:-1]
+        freed = self.pool.free_blocks(dropped, checked=True)
+        if freed:  # their tokens no longer occupy a slot (a block another table holds keeps its tokens)
+            gone = set(freed)
+            self._used_slots -= sum(self._tokens_in_block(s, i) for i in range(s.num_skipped_blocks, upto)
+                                    if s.table[i] in gone)
+        s.table[s.num_skipped_blocks:upto] = [NULL_BLOCK] * (upto - s.num_skipped_blocks)
+        s.num_skipped_blocks = upto
+        self._emit("skip", seq_id, dropped, len(s.token_ids))
+        return freed
+
     def fork(self, parent_id, child_id) -> list[int]:
         """The child shares every block of the parent (refcounts go up; nothing is copied yet)."""
         p = self._seq(parent_id)
         if child_id in self._seqs:
             raise DuplicateSequence(child_id)
-        for b in p.table:
+        for b in p.table[p.num_skipped_blocks:]:
             self.pool.touch(b)
         self._seqs[child_id] = SequenceBlocks(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
-                                              p.num_cached_tokens, p.num_cached_blocks)
+                                              p.num_cached_tokens, p.num_cached_blocks, p.num_skipped_blocks)
         self._emit("fork", child_id, p.table, len(p.token_ids), parent_id)
         return list(p.table)
 
@@ -391,8 +426,9 @@ class BlockManager:
         queue (where: the pool's ``reuse`` rule), so a shared prefix outlives its tail; cached content
         stays until the block is handed out again."""
         s = self._seq(seq_id)
-        freed = self.pool.free_blocks(reversed(s.table), checked=True)  # tail first (as vLLM's free)
-        if len(freed) == len(s.table):  # nothing was shared: all its slots are free now
+        held = s.table[s.num_skipped_blocks:] if s.num_skipped_blocks else s.table  # (not the null entries)
+        freed = self.pool.free_blocks(reversed(held), checked=True)  # tail first (as vLLM's free)
+        if len(freed) == len(s.table):  # nothing was shared or skipped: all its slots are free now
             self._used_slots -= len(s.token_ids)
         else:
             freed = set(freed)

@@ -39,6 +39,12 @@ from paged_lab._checks import check_int
 from paged_lab.memory.errors import InvalidArgument, InvalidBlockConfig, OutOfBlocks
 
 NOT_QUEUED = -1  # prev[b] of a block that is not in the free queue
+# The table entry of a block a sliding-window layer group no longer reads (``memory/hybrid.py``): the block
+# went back to the pool, its slot in the table stays so that index i still means tokens [i*bs, (i+1)*bs).
+# vLLM keeps a real block for it, its pool's block 0 (``BlockPool.null_block`` in vllm/v1/core/block_pool.py,
+# never handed out, ``is_null``); this pool has no block 0 to spare, and -1 is what vLLM's 0 becomes
+# under this pool's numbering (our block b is vLLM's b + 1).
+NULL_BLOCK = -1
 
 
 class FreeBlockQueue:

@@ -241,6 +241,9 @@ class ContiguousAllocator:
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Nothing to do: a contiguous reservation is never shared, so there is no prefix cache."""
 
+    def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
+        """Nothing to do: every layer attends to every earlier token (full attention)."""
+
     def fork(self, parent_id, child_id) -> None:
         raise ValueError("ContiguousAllocator cannot share slots between sequences; "
                          "fork (parallel sampling) needs the paged BlockManager")

