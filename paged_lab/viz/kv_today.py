@@ -41,7 +41,7 @@ class RequestKV:
     dtype: str
     num_tokens: int
     block_size: int
-    blocks_per_full_layer: int     # cdiv(num_tokens, block_size)
+    blocks_per_full_layer: int     # cdiv(num_tokens, block_size) (what every layer would hold if full)
     blocks_per_sliding_layer: int  # the blocks overlapping the last sliding_window tokens
     num_full_layers: int
     num_sliding_layers: int
@@ -73,19 +73,12 @@ def request_kv(model: str | ModelSpec, num_tokens: int, dtype: str = "bfloat16",
     kv_math.check_positive("num_tokens", num_tokens)
     kv_math.check_positive("block_size", block_size)
     spec = with_sliding_window(as_spec(model), sliding_window)
-    sliding = (kv_math.window_blocks_held(num_tokens, block_size, spec.sliding_window)
-               if spec.num_sliding_layers else 0)
-    return RequestKV(spec.name, canonical_dtype(dtype), num_tokens, block_size, cdiv(num_tokens, block_size),
-                     sliding, spec.num_full_layers, spec.num_sliding_layers,
-                     block_page_bytes(spec, block_size, dtype))
-
-
-def block_page_bytes(spec: ModelSpec, block_size: int, dtype: str) -> int:
-    """One layer block of ``spec``, as vLLM's spec class for its attention counts it
-    (``MLAAttentionSpec`` for MLA, ``FullAttentionSpec`` otherwise: a sliding-window layer's block is
-    the same size, ``SlidingWindowSpec`` only frees more of them)."""
-    kind = "mla" if spec.attention_kind == "MLA" else "full"
-    return kv_math.page_size_bytes(spec, block_size, dtype, kind)
+    held = spec.kv_blocks_for_context(num_tokens, block_size)  # blocks one layer of each kind holds
+    # a sliding-window layer's page is a full one's (vLLM's SlidingWindowSpec only frees more of them)
+    kind = "full_attention" if spec.num_full_layers else "sliding_attention"
+    return RequestKV(spec.name, canonical_dtype(dtype), num_tokens, block_size,
+                     cdiv(num_tokens, block_size), held.get("sliding_attention", 0), spec.num_full_layers,
+                     spec.num_sliding_layers, kv_math.page_size_bytes(spec, block_size, dtype, kind))
 
 
 def token_points(context_len: int, most: int = 240) -> list[int]:
