@@ -271,7 +271,7 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
                        mistakes={3: "That is with blocks of 4. With 16, a single block holds all 9 tokens."})
     quiz = Quiz([q, n])
     text = quiz._repr_mimebundle_()["text/html"]
-    assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
+    assert "為什麼 KV Cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
     assert "答案" in text and "其他選項" in text and "請以數字作答" in text and "Why does" not in text
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
     shown = quiz.shown()
@@ -305,7 +305,7 @@ def test_the_quiz_feedback_sentences_are_translated():
 def test_a_glossary_table_shows_both_languages(zh):
     html = glossary.table(["block table", "slot"])._repr_html_()
     assert "阿頁的對照表" in html and "Ah-Ye's lookup table" in html  # the story word in both languages
-    assert "每個請求一張" in html and "正式名稱" in html and "種子故事原本的用詞" in html
+    assert "每個請求一張" in html and "正式名稱" in html and "沿用原作故事的說法" in html
     assert "Per request, logical block" not in html
 
 
