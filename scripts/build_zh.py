@@ -280,7 +280,9 @@ def term_table() -> str:
     """The catalogue's term table (``paged_lab/viz/locale/zh-TW.json``, ``"terms"``) as markdown."""
     out = ["| 英文 | 中文版的寫法 | 第一次出現時 | 不寫成 |", "|------|------------|------------|--------|"]
     for en, entry in i18n.catalogue(LANG).get("terms", {}).items():
-        avoid = "、".join(f"「{a}」" for a in entry.get("avoid", [])) or "—"
+        avoid = [f"「{a}」" for a in entry.get("avoid", [])]
+        avoid += [entry["avoid_note"]] if entry.get("avoid_note") else []  # what an avoid_pattern catches
+        avoid = "、".join(avoid) or "—"
         out.append(f"| {en} | {entry.get('zh', en)} | {entry.get('gloss', '—')} | {avoid} |")
     return "\n".join(out)
 

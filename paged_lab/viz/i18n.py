@@ -21,7 +21,8 @@ a phrase inside a sentence is translated too. A text with no translation is show
 remembered (``missing()``) when it reads as prose, so a test can list what is left to translate.
 
 The catalogue's ``"terms"`` is the term table: one rendering per English term (``"zh"``, glossed once as
-``"gloss"``), the variants it replaces (``"avoid"``, literal; ``"avoid_pattern"``, regular expressions);
+``"gloss"``), the variants it replaces (``"avoid"``, literal; ``"avoid_pattern"``, regular expressions,
+said in words by ``"avoid_note"``);
 ``"plurals"`` lists the nouns whose English plural a Chinese sentence must not keep ("5 個 block").
 ``term_problems(text)`` reads a translation against both, and a translation ``t`` composes from parts is
 checked as it is shown: "固定批次 batching" (a translated part, then the template's English head word)
