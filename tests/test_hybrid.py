@@ -6,6 +6,8 @@ positions p-3..p, so after c computed tokens the next one skips c - 3 of them, (
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks
@@ -18,6 +20,7 @@ from paged_lab.memory.hybrid import (
     kv_cache_groups,
 )
 from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
 
 FULL, SWA = KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)
@@ -189,3 +192,42 @@ def test_kv_cache_groups_split_like_vllm():
         kv_cache_groups(["full_attention", "linear_attention"])
     with pytest.raises(InvalidBlockConfig, match="sliding_window"):
         kv_cache_groups(["sliding_attention"])
+
+
+def test_swap_preemption_is_refused_up_front():
+    with pytest.raises(ValueError, match="preemption='swap'"):
+        Scheduler(HybridBlockManager(8, 2, [FULL, SWA]), max_num_seqs=2, preemption="swap")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs_keep_the_rules_and_the_window_bound(seed):
+    """Three groups (full, W=5, W=9), random requests, a small pool and budget: after every step the
+    invariants hold, every live request holds the same tokens in each group, and a window group never
+    holds more than cdiv(W - 1 + budget, block_size) + 1 blocks of one request (what admission counts)."""
+    rng = random.Random(seed)
+    bs, budget = rng.choice([2, 4]), rng.choice([4, 8, 16])
+    groups = [FULL, KVCacheGroup("w5", 1, 5), KVCacheGroup("w9", 1, 9)]
+    hm = HybridBlockManager(rng.randint(30, 60), bs, groups, max_num_batched_tokens=budget)
+    sched = Scheduler(hm, max_num_seqs=rng.randint(1, 4), max_num_batched_tokens=budget)
+    seqs = [Sequence(i, [rng.randrange(1, 500) for _ in range(rng.randint(1, 20))],
+                     max_tokens=rng.randint(1, 25), ignore_eos=True) for i in range(rng.randint(2, 7))]
+    pending = [(rng.randint(0, 10), seq) for seq in seqs]
+    step, preempted, rejected = 0, 0, 0
+    while pending or sched.has_unfinished():
+        for arrival, seq in [p for p in pending if p[0] <= step]:
+            pending.remove((arrival, seq))
+            try:
+                sched.add_request(seq)
+            except RequestTooLargeError:  # longer than the pool can ever hold: rejected up front
+                rejected += 1
+        out = sched.schedule()
+        preempted += len(out.preempted)
+        hm.check_invariants()
+        for sid in hm.seq_ids:
+            for g in groups[1:]:
+                assert hm.blocks_held(sid)[g.name] <= hm.admission_blocks(g, 10**6), (seed, step, sid)
+        sched.update(out, [1] * len(out.sampling))
+        step += 1
+        assert step < 2000
+    assert hm.num_free_blocks == hm.num_blocks and hm.used_slots == 0
+    assert rejected < len(seqs), seed  # the run did something

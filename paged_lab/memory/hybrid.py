@@ -120,6 +120,8 @@ class HybridBlockManager:
     {'full': [0, 1, 2], 'swa': [-1, 4, 5]}
     """
 
+    swappable = False  # no single block table to copy to the CPU: the Scheduler refuses preemption="swap"
+
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KVCacheGroup],
                  enable_prefix_caching: bool = False, record_events: bool = True, reuse: str = "v1",
                  max_num_batched_tokens: int | None = None):
