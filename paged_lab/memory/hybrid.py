@@ -304,8 +304,8 @@ class HybridBlockManager:
     # -- inspection ------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Every group keeps the BlockManager's rules over the shared pool (refcounts count every
-        group's tables); all groups hold the same sequences and tokens; a window group holds no block
-        before its window."""
+        group's tables) and all groups hold the same sequences and tokens. (A window group may still
+        hold blocks the window has passed: the next step gives them back, ``remove_skipped_blocks``.)"""
         ms = list(self.managers.values())
         for m in ms:
             check_invariants(m, [o for o in ms if o is not m])
