@@ -51,6 +51,7 @@ def test_requests_that_fit_by_hand():
     assert requests_that_fit(hybrid, prompt_len=4, max_tokens=9, limit=16) == 2
     assert requests_that_fit(every_layer_full, prompt_len=4, max_tokens=9, limit=16) == 1
     assert requests_that_fit(lambda: HybridBlockManager(4, 2, [FULL, SWA]), 4, 9) == 0  # never alone
+    assert requests_that_fit(hybrid, prompt_len=4, max_tokens=9, limit=1) == 1  # capped at the limit
 
 
 def test_the_window_frees_blocks_and_nulls_their_entries():
