@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks
+from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks, replay
 from paged_lab.memory.errors import BlockManagerError
 from paged_lab.memory.hybrid import (
     NULL_BLOCK,
@@ -232,3 +232,20 @@ def test_random_runs_keep_the_rules_and_the_window_bound(seed):
         assert step < 2000
     assert hm.num_free_blocks == hm.num_blocks and hm.used_slots == 0
     assert rejected < len(seqs), seed  # the run did something
+
+
+def test_the_event_log_replays_the_windows_frees():
+    """A BlockManager that owns its pool, driven as a window group: replaying its log (``skip`` events
+    included) rebuilds the live pool, tables with their null entries and the free queue's order."""
+    bm = BlockManager(8, 2)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    bm.allocate("b", [6, 7, 8])
+    bm.free_blocks_before("a", 2)
+    bm.append_tokens("a", [9, 10])
+    bm.free_blocks_before("b", 1)
+    bm.free("b")
+    want = bm.state()
+    got = replay(bm.events, bm.num_blocks)
+    assert got.tables == want.tables == {"a": [NULL_BLOCK, NULL_BLOCK, 2, 1]}
+    assert got.free_queue == want.free_queue and got.refcounts == want.refcounts
+    assert got.fill(2)[2] == 2 and got.owners() == {2: ["a"], 1: ["a"]}
