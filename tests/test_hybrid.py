@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from paged_lab.kv_math import cdiv, window_blocks_held
 from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks, replay
 from paged_lab.memory.errors import BlockManagerError
 from paged_lab.memory.hybrid import (
@@ -249,3 +250,16 @@ def test_the_event_log_replays_the_windows_frees():
     assert got.tables == want.tables == {"a": [NULL_BLOCK, NULL_BLOCK, 2, 1]}
     assert got.free_queue == want.free_queue and got.refcounts == want.refcounts
     assert got.fill(2)[2] == 2 and got.owners() == {2: ["a"], 1: ["a"]}
+
+
+@pytest.mark.parametrize("block_size,window", [(2, 4), (4, 8), (4, 6), (16, 128), (3, 1)])
+def test_the_manager_holds_what_kv_math_counts(block_size, window):
+    """kv_math.window_blocks_held is a formula; the manager runs. They must agree on every length: a
+    request with n computed tokens, its passed blocks given back, holds window_blocks_held(n) blocks."""
+    group = KVCacheGroup("swa", 1, sliding_window=window)
+    for n in range(1, 8 * block_size + window):
+        hm = HybridBlockManager(2 * cdiv(n, block_size), block_size, [KVCacheGroup("full", 1), group])
+        hm.allocate("r", range(n))
+        hm.remove_skipped_blocks("r", n)
+        assert hm.blocks_held("r") == {"full": cdiv(n, block_size),
+                                       "swa": window_blocks_held(n, block_size, window)}, n
