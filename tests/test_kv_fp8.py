@@ -4,6 +4,7 @@ the dispatch says why the C kernels do not run, and what it changes in SmolLM2's
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -92,6 +93,19 @@ def test_kv_cache_memory_buys_four_times_the_blocks_of_fp32(tiny):
     assert st["kv_cache_dtype"] == "fp8" and auto.stats()["kv_cache_dtype"] == "float32"
     assert st["kv_cache_bytes"] == fp8.kv.bytes == auto.kv.bytes <= memory  # 4x the tokens in the same bytes
     assert fp8.kv.data.dtype == FP8_DTYPE
+
+
+def test_a_bf16_model_gets_an_fp8_pool_of_half_the_bytes(tiny):
+    """An fp8 pool serves a model of any float dtype: q stays bf16, K/V are stored in 8 bits."""
+    model = copy.deepcopy(tiny).to(torch.bfloat16)  # (the fixture stays fp32 for the other tests)
+    pools = {kind: LLM(model, tokenizer=_Tok(), dtype="bfloat16", kv_cache_dtype=kind, block_size=4,
+                       num_kv_blocks=16) for kind in ("auto", "fp8")}
+    assert pools["auto"].kv.data.dtype == torch.bfloat16 and pools["fp8"].kv.data.dtype == FP8_DTYPE
+    assert pools["fp8"].kv.bytes * 2 == pools["auto"].kv.bytes
+    out = pools["fp8"].generate([{"prompt_token_ids": [1, 2, 3, 4, 5, 6]}],
+                                SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 6
+    assert pools["fp8"].stats()["attention_backend_ran"] == "torch"
 
 
 # ------------------------------------------------------------------------------------- the engine
