@@ -135,6 +135,15 @@ vllm-greedy: vllm-python
 vllm-traces-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
 
+# vLLM's page sizes (FullAttentionSpec, SlidingWindowSpec, MLAAttentionSpec) and the blocks its SlidingWindowManager
+# keeps, for each catalogue model (tests/data/vllm_kv_specs.json, tests/test_kv_specs_vllm.py).
+.PHONY: vllm-kv-specs vllm-kv-specs-check
+vllm-kv-specs: vllm-python
+	$(VLLM_VENV)/bin/python scripts/record_vllm_kv_specs.py
+
+vllm-kv-specs-check: vllm-python
+	$(VLLM_VENV)/bin/python scripts/record_vllm_kv_specs.py --check
+
 # Optional, never in CI: the names every cited vLLM file defines, for tests/test_vllm_claims.py
 # (docs/vllm_claims.md). `make vllm-index` rewrites tests/data/vllm_source_index.json after a notebook, doc or
 # docstring cites a new vLLM file; `make vllm-index-check` only compares. Reads vLLM's source with ast, imports none of it.

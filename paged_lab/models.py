@@ -277,6 +277,9 @@ def random_llama_config(spec: ModelSpec):
     and the kernels' work, are the real model's; its numbers are not."""
     from transformers import LlamaConfig
 
+    if spec.is_mla or spec.num_sliding_layers:  # PagedLlama runs full attention over K and V per head
+        raise ValueError(f"spec {spec.name} is {spec.attention_kind} with {spec.num_sliding_layers} "
+                         "sliding-window layers: a random Llama-shaped model has neither")
     if spec.vocab_size < 258:
         raise ValueError("vocab_size must be >= 258 for the byte tokenizer, got "
                          f"{spec.vocab_size} ({spec.name})")

@@ -2,7 +2,8 @@
 
     python scripts/build_zh.py            # write notebooks/zh-TW/NN_*.ipynb
     python scripts/build_zh.py --check    # change nothing; exit 1 if a translation is stale or missing,
-                                          # or a committed zh-TW notebook differs from what this writes
+                                          # breaks the term table (TERM), or a committed zh-TW notebook
+                                          # differs from what this writes
     python scripts/build_zh.py --stale    # list stale and missing cells with their English text (translators)
 
 One source, two languages: the code cells of a zh-TW notebook are the English notebook's, copied. Only
@@ -19,7 +20,12 @@ no longer matches and ``--check`` names the cell (STALE). The generator also
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
 - fills ``{{series-table}}`` in the index's translation with the series table read from the zh-TW
-  notebooks themselves (titles and "你會學到" bullets).
+  notebooks themselves (titles and "你會學到" bullets), and ``{{term-table}}`` with the term table.
+
+One rendering per term: ``paged_lab/viz/locale/zh-TW.json``'s ``"terms"`` (English term → the one
+Chinese rendering, its gloss, the variants it replaces) and ``"plurals"``; ``--check`` reports every
+translation that breaks them (TERM), in each catalogue present here, the package's strings and the
+glossary (``paged_lab.viz.i18n.term_problems``).
 
 What it reads from an English notebook (its badge line, its entry in the series table) is
 ``scripts/notebook_kit.py``'s, shared with sync_badges.py; this script imports nothing of that one.
@@ -49,6 +55,7 @@ NOTEBOOKS = ROOT / "notebooks"
 CATALOGUE = NOTEBOOKS / "i18n" / LANG
 OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
+TERMS_PLACEHOLDER = "{{term-table}}"  # the index's closing note: the term table, read from the catalogue
 GOALS_HEADING = "你會學到"
 SWITCH = (
     "\n\nimport paged_lab.viz.i18n\n\n"
@@ -121,7 +128,7 @@ def dumps(nb: dict) -> str:
 
 @dataclass
 class Problem:
-    kind: str  # STALE, MISSING, NO CATALOGUE, ORPHAN, OUT OF DATE
+    kind: str  # STALE, MISSING, NO CATALOGUE, ORPHAN, OUT OF DATE, TERM
     notebook: str
     cell: str = ""
     english: str = ""
@@ -130,7 +137,7 @@ class Problem:
 
     def line(self) -> str:
         where = f"{self.notebook}" + (f" cell {self.cell}" if self.cell else "")
-        return f"{self.kind}: {where}"
+        return f"{self.kind}: {where}" + (f": {self.english}" if self.kind == "TERM" else "")
 
 
 def translation_problems(english: Path) -> list[Problem]:
@@ -235,6 +242,8 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             text = entry.get("zh") or source
             if entry.get("zh") and (english.name, cell["id"]) in NUMBERS_FROM_ENGLISH:
                 text = with_english_numbers(text, source, f"{english.name} cell {cell['id']}")
+            if TERMS_PLACEHOLDER in text:
+                text = text.replace(TERMS_PLACEHOLDER, term_table())
             if TABLE_PLACEHOLDER in text:
                 series = [p for p in english_notebooks() if not p.name.startswith("00_")]
                 rows = [(p, (zh_series or {}).get(p.name)) for p in series]
@@ -262,6 +271,40 @@ def _is_setup(source: str) -> bool:
 
 def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
+
+
+# ---------------------------------------------------------------- one rendering per term
+
+
+def term_table() -> str:
+    """The catalogue's term table (``paged_lab/viz/locale/zh-TW.json``, ``"terms"``) as markdown."""
+    out = ["| 英文 | 中文版的寫法 | 第一次出現時 | 不寫成 |", "|------|------------|------------|--------|"]
+    for en, entry in i18n.catalogue(LANG).get("terms", {}).items():
+        avoid = [f"「{a}」" for a in entry.get("avoid", [])]
+        avoid += [entry["avoid_note"]] if entry.get("avoid_note") else []  # what an avoid_pattern catches
+        avoid = "、".join(avoid) or "—"
+        out.append(f"| {en} | {entry.get('zh', en)} | {entry.get('gloss', '—')} | {avoid} |")
+    return "\n".join(out)
+
+
+def term_problems() -> list[Problem]:
+    """Every place a translation breaks the term table or keeps an English plural
+    (``paged_lab.viz.i18n.term_problems``): each notebook catalogue present in ``notebooks/i18n/zh-TW/``,
+    every string of the package's catalogue and every glossary meaning."""
+    found = []
+    for path in sorted(CATALOGUE.glob("*.json")):
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", {})
+        for cell_id, entry in cells.items():
+            found += [Problem("TERM", path.name, cell_id, english=p)
+                      for p in i18n.term_problems(entry.get("zh", ""), LANG)]
+    data = i18n.catalogue(LANG)
+    for key, value in data["strings"].items():
+        found += [Problem("TERM", "locale strings", key[:60], english=p)
+                  for p in i18n.term_problems(value, LANG)]
+    for name, entry in data.get("glossary", {}).items():
+        found += [Problem("TERM", "locale glossary", name, english=p)
+                  for p in i18n.term_problems(entry.get("meaning", ""), LANG)]
+    return found
 
 
 # ---------------------------------------------------------------- the package's strings
@@ -361,7 +404,7 @@ def planned() -> dict[Path, str]:
 
 
 def problems() -> list[Problem]:
-    found = [pr for p in english_notebooks() for pr in translation_problems(p)]
+    found = [pr for p in english_notebooks() for pr in translation_problems(p)] + term_problems()
     plan = planned()
     for path, text in plan.items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:

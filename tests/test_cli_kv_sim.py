@@ -10,6 +10,17 @@ def test_kv_prints_the_formula_and_capacity(capsys):
     assert f"{plan.max_seqs:,} sequences of 4,096 tokens" in out
 
 
+def test_kv_prints_mla_latent_and_sliding_window_savings(capsys):
+    assert main(["kv", "deepseek-v3"]) == 0
+    assert "61 x (512 + 64) x 2 B = 70,272 B" in capsys.readouterr().out
+    assert main(["kv", "gpt-oss-20b", "--context", "4096"]) == 0
+    out = capsys.readouterr().out
+    # 12 full layers keep 4,096 tokens, 12 sliding ones 128, at 2 x 8 x 64 x 2 B a layer and token
+    assert "12 of 24 layers keep only the last 128 tokens: 4,096 tokens take 99 MiB, not 192 MiB" in out
+    assert (12 * 4096 + 12 * 128) * 2048 == 99 * 2**20
+    assert "blocks of" not in out  # a hybrid model has no one block size for all its layers
+
+
 def test_kv_unknown_model_is_one_clear_line(capsys):
     assert main(["kv", "gpt-9"]) == 2
     err = capsys.readouterr().err

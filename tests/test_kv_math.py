@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -29,7 +30,11 @@ def test_formula_matches_definition_for_every_model_and_dtype():
     for name in list_specs():
         s = get_spec(name)
         for dtype, nbytes in [("float32", 4), ("bfloat16", 2), ("float16", 2), ("fp8", 1)]:
-            assert s.kv_bytes_per_token(dtype) == 2 * s.num_layers * s.num_kv_heads * s.head_dim * nbytes
+            if s.is_mla:  # one latent per layer and token, no K and V per head
+                latent = s.kv_lora_rank + s.qk_rope_head_dim
+                assert s.kv_bytes_per_token(dtype) == s.num_layers * latent * nbytes
+            else:
+                assert s.kv_bytes_per_token(dtype) == 2 * s.num_layers * s.num_kv_heads * s.head_dim * nbytes
 
 
 def test_catalogue_has_required_models():
@@ -193,3 +198,204 @@ def test_positions_processed_names_the_bad_argument(bad):
         positions_processed(bad, 4)
     with pytest.raises(ValueError, match="new_tokens must be an integer >= 1"):
         positions_processed(4, bad)
+
+
+# --- today's models: MLA latents and sliding windows (notebook 08) ------------------------------------------
+# The config facts below are typed from each model's config.json, not read from paged_lab.
+
+def test_deepseek_v3_caches_one_latent_per_layer():
+    s = get_spec("deepseek-v3")
+    assert s.attention_kind == "MLA" and s.is_mla
+    # 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 bytes: no factor 2, no heads
+    assert s.kv_bytes_per_token("bf16") == 61 * (512 + 64) * 2 == 70_272
+    assert s.kv_bytes_per_token("fp8") == 61 * 576
+    # as MHA: K and V for 128 heads of 128 (the DeepSeek-V2 paper's d_h) in every layer
+    assert s.kv_bytes_per_token_mha("bf16") == 2 * 61 * 128 * 128 * 2
+    assert s.as_mha().attention_kind == "MHA"
+    assert s.kv_savings_vs_mha() == (2 * 128 * 128) / 576
+    assert s.kv_bytes_for_context(4096, "bf16") == 4096 * 70_272
+
+
+def test_gpt_oss_20b_alternates_sliding_and_full_layers():
+    s = get_spec("gpt-oss-20b")
+    assert s.attention_kind == "GQA" and (s.num_sliding_layers, s.num_full_layers) == (12, 12)
+    assert s.layer_types[:2] == ("sliding_attention", "full_attention") and len(s.layer_types) == 24
+    per_layer = 2 * 8 * 64 * 2  # K and V, 8 KV heads of 64, bf16
+    assert s.kv_bytes_per_token("bf16") == 24 * per_layer == 49_152
+    # within the window every layer keeps every token; past it the sliding layers keep 128
+    assert s.kv_bytes_for_context(100) == 100 * 24 * per_layer
+    assert s.kv_bytes_for_context(128) == 128 * 24 * per_layer
+    assert s.kv_bytes_for_context(4096) == (12 * 4096 + 12 * 128) * per_layer
+    assert s.kv_bytes(4096) == s.kv_bytes_for_context(4096)
+    full = s.as_full_attention()
+    assert full.num_sliding_layers == 0 and full.kv_bytes_for_context(4096) == 4096 * 24 * per_layer
+
+
+def test_gemma_3_27b_has_five_local_layers_to_one_global():
+    s = get_spec("gemma-3-27b")
+    full = [i for i, kind in enumerate(s.layer_types) if kind == "full_attention"]
+    assert full == list(range(5, 62, 6)) and (s.num_sliding_layers, s.num_full_layers) == (52, 10)
+    per_layer = 2 * 16 * 128 * 2
+    assert s.kv_bytes_for_context(32768) == (10 * 32768 + 52 * 1024) * per_layer
+
+
+def test_a_model_without_sliding_layers_costs_the_same_at_any_context():
+    s = get_spec("llama-3.1-8b")
+    assert (s.num_sliding_layers, s.num_full_layers, s.layer_types) == (0, 32, ())
+    for n in (0, 1, 4096, 100_000):
+        assert s.kv_bytes_for_context(n) == n * 131_072
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"layer_types": ("full_attention",) * 3}, "layer_types has 3 entries; it needs num_layers=4"),
+    ({"layer_types": ("full_attention",) * 3 + ("local",)}, "layer_types may hold only"),
+    ({"layer_types": ("sliding_attention",) * 4}, "sliding_window must be >= 1"),
+    ({"sliding_window": 128}, "sliding_window=128 is set, but no layer"),
+    ({"qk_rope_head_dim": 64}, "needs kv_lora_rank > 0"),
+    ({"kv_lora_rank": -1}, "kv_lora_rank must be an integer >= 0"),
+    ({"sliding_window": 1.5, "layer_types": ("sliding_attention",) * 4}, "sliding_window must be an integer"),
+])  # fmt: skip
+def test_model_spec_names_the_bad_new_field(changes, match):
+    with pytest.raises(ValueError, match=match):
+        ModelSpec("x", 4, 8, 2, 64, 512, 1000, 0, **changes)
+
+
+def test_layer_types_listing_every_layer_full_is_the_same_model():
+    listed = ModelSpec("x", 2, 8, 2, 64, 512, 1000, 0, layer_types=["full_attention", "full_attention"])
+    assert listed == ModelSpec("x", 2, 8, 2, 64, 512, 1000, 0) and listed.layer_types == ()
+
+
+def _without_params(spec):
+    return replace(spec, name="m", num_params=0)
+
+
+def test_from_hf_config_reads_gpt_oss_layer_types():
+    from transformers import GptOssConfig
+
+    cfg = GptOssConfig(num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                       hidden_size=2880, intermediate_size=2880, vocab_size=201088, sliding_window=128,
+                       max_position_embeddings=131072, tie_word_embeddings=False)
+    assert _without_params(ModelSpec.from_hf_config(cfg)) == _without_params(get_spec("gpt-oss-20b"))
+
+
+def test_from_hf_config_reads_gemma_3s_sliding_window_pattern_inside_text_config():
+    text = {"num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+            "hidden_size": 5376, "intermediate_size": 21504, "vocab_size": 262208, "sliding_window": 1024,
+            "sliding_window_pattern": 6, "max_position_embeddings": 131072, "tie_word_embeddings": True}
+    spec = ModelSpec.from_hf_config({"model_type": "gemma3", "text_config": text})
+    assert _without_params(spec) == _without_params(get_spec("gemma-3-27b"))
+
+
+def test_from_hf_config_reads_transformers_gemma_3_config():
+    from transformers import Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=16, head_dim=128,
+                           hidden_size=5376, intermediate_size=21504, vocab_size=262208, sliding_window=1024,
+                           max_position_embeddings=131072, tie_word_embeddings=True)
+    assert _without_params(ModelSpec.from_hf_config(cfg)) == _without_params(get_spec("gemma-3-27b"))
+
+
+def test_from_hf_config_reads_deepseek_v3s_latent():
+    from transformers import DeepseekV3Config
+
+    cfg = DeepseekV3Config(num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                           hidden_size=7168, intermediate_size=18432, vocab_size=129280, kv_lora_rank=512,
+                           qk_rope_head_dim=64, qk_nope_head_dim=128, max_position_embeddings=163840,
+                           tie_word_embeddings=False)
+    spec = ModelSpec.from_hf_config(cfg)
+    assert _without_params(spec) == _without_params(get_spec("deepseek-v3"))
+    assert spec.kv_bytes_per_token("bf16") == 61 * 576 * 2
+
+
+def test_from_hf_config_reads_a_sliding_window_without_layer_kinds_as_all_full():
+    # Mistral-7B v0.1 style: a window in the config, no layer_types: the short-context upper bound
+    spec = ModelSpec.from_hf_config({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256,
+                                     "vocab_size": 100, "sliding_window": 4096})
+    assert (spec.sliding_window, spec.layer_types, spec.num_full_layers) == (0, (), 2)
+
+
+def _blocks_touching_the_window(n, bs, w):
+    """Brute force: a block is kept when any of its tokens is one the next token still attends to
+    (the last w - 1 computed tokens) and it holds a computed token."""
+    first_needed = max(0, n - (w - 1))
+    return sum(1 for b in range(-(-n // bs)) if (b + 1) * bs - 1 >= first_needed)
+
+
+def test_window_blocks_held_by_brute_force():
+    from paged_lab.kv_math import window_blocks_held
+
+    assert window_blocks_held(1000, 16, 128) == 9  # blocks 54..62
+    for w in (1, 2, 5, 16, 33):
+        for bs in (1, 3, 4, 16):
+            for n in range(0, 120):
+                assert window_blocks_held(n, bs, w) == _blocks_touching_the_window(n, bs, w), (n, bs, w)
+
+
+@pytest.mark.parametrize("args,match", [((-1, 16, 128), "num_tokens"), ((10, 0, 128), "block_size"),
+                                        ((10, 16, 0), "sliding_window"), ((10.0, 16, 128), "num_tokens")])
+def test_window_blocks_held_names_the_bad_argument(args, match):
+    from paged_lab.kv_math import window_blocks_held
+
+    with pytest.raises(ValueError, match=match):
+        window_blocks_held(*args)
+
+
+def test_kv_blocks_for_context_per_layer_kind():
+    assert get_spec("gpt-oss-20b").kv_blocks_for_context(1000, 16) == {"full_attention": 63,
+                                                                       "sliding_attention": 9}
+    assert get_spec("llama-3.1-8b").kv_blocks_for_context(1000, 16) == {"full_attention": 63}
+    with pytest.raises(ValueError, match="block_size"):
+        get_spec("gpt-oss-20b").kv_blocks_for_context(1000, 0)
+
+
+def test_page_size_bytes_is_one_layers_block():
+    from paged_lab.kv_math import page_size_bytes
+
+    assert page_size_bytes(get_spec("llama-3.1-8b"), 16, "bf16") == 16 * 2 * 8 * 128 * 2
+    assert page_size_bytes(get_spec("deepseek-v3"), 64, "fp8") == 64 * 576
+    gpt = get_spec("gpt-oss-20b")
+    assert page_size_bytes(gpt, 16, kind="sliding_attention") == page_size_bytes(gpt, 16) == 16 * 2048
+    with pytest.raises(ValueError, match="kind='sliding_attention': llama-3.1-8b has no sliding_attention"):
+        page_size_bytes(get_spec("llama-3.1-8b"), 16, kind="sliding_attention")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        page_size_bytes(gpt, 16, kind="sliding")
+    with pytest.raises(ValueError, match="block_size"):
+        page_size_bytes(gpt, 0)
+
+
+def test_kv_models_table_rows():
+    from paged_lab.kv_math import kv_models_table
+
+    rows = kv_models_table(["gpt-oss-20b", "deepseek-v3"], "bf16", memory_gib=80, context=4096)
+    memory = 80 * 2**30
+    gpt, ds = rows
+    per_request = (12 * 4096 + 12 * 128) * (2 * 8 * 64 * 2)
+    assert (gpt["model"], gpt["attention_kind"], gpt["num_sliding_layers"], gpt["sliding_window"]) == (
+        "gpt-oss-20b", "GQA", 12, 128)
+    assert gpt["kv_bytes_per_token"] == 49_152 and gpt["kv_bytes_per_request"] == per_request
+    assert gpt["bytes_per_token"] == per_request / 4096 < gpt["kv_bytes_per_token"]
+    assert gpt["max_requests"] == memory // per_request and gpt["max_tokens"] == memory * 4096 // per_request
+    assert ds["attention_kind"] == "MLA" and ds["bytes_per_token"] == 70_272
+    assert ds["max_tokens"] == memory // 70_272 and ds["max_requests"] == memory // (4096 * 70_272)
+    assert (ds["context"], ds["memory_gib"], ds["dtype"]) == (4096, 80, "bfloat16")
+    assert [r["model"] for r in kv_models_table()] == list_specs()
+
+
+@pytest.mark.parametrize("kwargs,match", [({"memory_gib": 0}, "memory_gib"), ({"context": 0}, "context"),
+                                          ({"dtype": "int3"}, "dtype")])
+def test_kv_models_table_names_the_bad_argument(kwargs, match):
+    from paged_lab.kv_math import kv_models_table
+
+    with pytest.raises(ValueError, match=match):
+        kv_models_table(["gpt-oss-20b"], **kwargs)
+    with pytest.raises(KeyError, match="gpt-9"):
+        kv_models_table(["gpt-9"])
+
+
+def test_capacity_plan_counts_what_a_sliding_window_keeps():
+    s = get_spec("gpt-oss-20b")
+    plan = plan_capacity(s, 80 * kv_math.GB, seq_len=4096, weight_dtype="fp8")
+    per_request = (12 * 4096 + 12 * 128) * 2048
+    assert plan.kv_budget_bytes == 80 * kv_math.GB - 21_000_000_000
+    assert plan.max_seqs == plan.kv_budget_bytes // per_request
+    assert plan.max_tokens == plan.kv_budget_bytes * 4096 // per_request

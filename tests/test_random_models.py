@@ -45,6 +45,14 @@ def test_unknown_catalogue_name_is_a_clear_error():
         load_model("random:llama-9", device="meta", progress=False)
 
 
+@pytest.mark.parametrize("name,kind", [("deepseek-v3", "MLA"), ("gpt-oss-20b", "GQA with 12 sliding-window")])
+def test_a_model_paged_llama_cannot_run_is_refused_before_any_weight(name, kind):
+    from paged_lab.models import random_llama_config
+
+    with pytest.raises(ValueError, match=f"{name} is {kind}"):
+        random_llama_config(get_spec(name))
+
+
 def test_same_seed_same_weights_other_seed_other_weights():
     a, _, _ = random_model(TINY, seed=0, device="cpu")
     b, _, _ = random_model(TINY, seed=0, device="cpu")

@@ -31,6 +31,6 @@ def test_a_table_shows_its_words_in_chinese_and_its_data_as_is():
         shown = plain._repr_html_()
     finally:
         i18n.use("en")
-    assert "<th>預填的 token 數</th>" in html and "<td>重新計算</td>" in html and "<td>1,234</td>" in html
+    assert "<th>prefill 的 token 數</th>" in html and "<td>重新計算</td>" in html and "<td>1,234</td>" in html
     assert "<td>recompute</td>" in shown
     assert t.rows[0] == ["recompute", 1234, 3]  # the object itself stays English, for the notebooks' asserts

@@ -271,7 +271,7 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
                        mistakes={3: "That is with blocks of 4. With 16, a single block holds all 9 tokens."})
     quiz = Quiz([q, n])
     text = quiz._repr_mimebundle_()["text/html"]
-    assert "為什麼 KV cache 會隨上下文長度成長" in text and "小測驗" in text and "今天的 vLLM" in text
+    assert "為什麼 KV Cache 會隨上下文長度成長" in text and "小測驗" in text and "現在的 vLLM" in text
     assert "答案" in text and "其他選項" in text and "請以數字作答" in text and "Why does" not in text
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
     shown = quiz.shown()
@@ -305,7 +305,7 @@ def test_the_quiz_feedback_sentences_are_translated():
 def test_a_glossary_table_shows_both_languages(zh):
     html = glossary.table(["block table", "slot"])._repr_html_()
     assert "阿頁的對照表" in html and "Ah-Ye's lookup table" in html  # the story word in both languages
-    assert "每個請求一張" in html and "正式名稱" in html and "種子故事原本的用詞" in html
+    assert "每個請求一張" in html and "正式名稱" in html and "沿用原作故事的說法" in html
     assert "Per request, logical block" not in html
 
 
@@ -399,3 +399,119 @@ def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):
             if line.strip() and not line.strip().startswith("admit("):  # the call: code, as typed
                 assert re.search(r"[\u4e00-\u9fff]", line) and not i18n.needs_translation(line), \
                     f"untranslated feedback line {line!r}"
+
+
+# ---------------------------------------------------------------- one rendering per term
+
+CATALOGUES = sorted(build_zh.CATALOGUE.glob("*.json"))  # every notebook translation present, 08 included
+
+
+@pytest.mark.parametrize("path", CATALOGUES, ids=[p.stem for p in CATALOGUES])
+def test_every_notebook_translation_keeps_the_term_table(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    problems = [f"cell {cell_id}: {p}" for cell_id, entry in cells.items()
+                for p in i18n.term_problems(entry["zh"])]
+    where = "paged_lab/viz/locale/zh-TW.json's \"terms\" and \"plurals\" (python scripts/build_zh.py --check)"
+    assert not problems, f"{path.name} breaks {where}:\n" + "\n".join(problems)
+
+
+def test_every_package_string_and_glossary_entry_keeps_the_term_table():
+    data = i18n.catalogue("zh-TW")
+    problems = [f"{key!r}: {p}" for key, value in data["strings"].items() for p in i18n.term_problems(value)]
+    problems += [f"glossary {name!r}: {p}" for name, entry in data["glossary"].items()
+                 for p in i18n.term_problems(entry["meaning"])]
+    problems += [f"glossary {t.name!r} story word: {p}" for t in glossary.TERMS
+                 for p in i18n.term_problems(t.story_zh)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_term_table_is_well_formed():
+    terms = i18n.catalogue("zh-TW")["terms"]
+    for en, entry in terms.items():
+        assert entry.get("zh") and isinstance(entry.get("avoid"), list), en
+        assert entry["zh"] not in entry["avoid"], f"{en}: its rendering is also a variant it avoids"
+        if "gloss" in entry:
+            assert entry["zh"] in entry["gloss"], f"{en}: the gloss holds the rendering"
+    # the conventions the seeds give (and notebook 08 follows)
+    assert terms["block"]["gloss"] == "一格「頁」（block）"
+    assert terms["block table"]["gloss"].startswith("阿頁的對照表")
+    assert terms["KV Cache"]["zh"] == "KV Cache" and terms["preemption"]["zh"] == "搶占"
+
+
+@pytest.mark.parametrize("text, found", [
+    ("固定批次 batching 的時間軸", "'固定批次' followed by its English head word 'batching'"),
+    ("動態批次batching", "'動態批次' followed by its English head word 'batching'"),
+    ("三個樣本只花 5 個 blocks。", "'blocks': an English plural in a Chinese sentence (say 'block')"),
+    ("每個 sequence 的 queries 都", "'queries': an English plural in a Chinese sentence (say 'query')"),
+    ("一個 block（區塊）", "'區塊': the term table writes 'block'"),
+    ("請求被 preempt 了", "'被 preempt': the term table writes 'preemption' as '搶占'"),
+    ("這時排程器會 **preempt** 它", "'preempt': the term table writes 'preemption'"),
+    ("這時 scheduler 會", "'scheduler': the term table writes 'scheduler' as '排程器'"),
+    ("行李（KV cache）", "'KV cache': the term table writes 'KV Cache'"),
+    ("載入的位元組少了 {2} 倍。", "the term table writes 'N times smaller'"),
+])
+def test_the_term_check_reports_each_kind_of_seam(text, found):
+    assert any(found in p for p in i18n.term_problems(text)), i18n.term_problems(text)
+
+
+@pytest.mark.parametrize("text", [
+    "`blocks` 與 `Scheduler._preempt_request`（程式碼）",
+    "[kernels/reference.py](../paged_lab/kernels/reference.py) 與 docs/notebooks.md",
+    "論文 *Efficient Memory Management for Large Language Model Serving* 的 blocks 一詞",  # a title: 4 words
+    "排程器會**搶占**（preemption）最晚進來的請求",
+    "形狀是 [batch, KV heads, tokens, head_dim]",
+    "All English: five blocks and a scheduler",  # not a Chinese sentence
+])
+def test_the_term_check_leaves_code_titles_and_glosses_alone(text):
+    problems = i18n.term_problems(text)
+    if "Efficient" in text:  # the title is left alone, the plural after it is not
+        assert problems == ["'blocks': an English plural in a Chinese sentence (say 'block')"]
+    else:
+        assert problems == []
+
+
+def test_the_check_names_a_planted_seam_in_a_copied_catalogue(tmp_path):
+    root = _copy_project(tmp_path)
+    assert _run(root, "--check").returncode == 0
+    path = root / "notebooks" / "i18n" / "zh-TW" / "05_continuous_batching.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cell_id = next(iter(data["cells"]))
+    data["cells"][cell_id]["zh"] += "\n\n固定批次 batching 與 5 個 blocks。"
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    out = _run(root, "--check")
+    assert out.returncode == 1
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(f"TERM: {path.name} cell {cell_id}")]
+    assert len(lines) == 2 and "固定批次 batching" in lines[0] and "'blocks'" in lines[1], out.stdout
+
+
+def test_a_seam_the_parts_of_a_template_make_fails_assert_translated(zh):
+    """A template's parts are translated one by one: "{} batching" with "static" → "固定批次" would show
+    "固定批次 batching". ``t`` checks what it composes, so the notebook's last cell fails on it."""
+    strings = i18n.catalogue("zh-TW")["strings"]
+    key = "{} batching (planted)"
+    strings[key] = "{0} batching（示範）"
+    i18n._templates.cache_clear()
+    try:
+        assert i18n.t("static batching (planted)") == "固定批次 batching（示範）"
+        assert len(i18n.missing()) == 1 and "a seam" in i18n.missing()[0]
+        with pytest.raises(AssertionError, match="固定批次 batching"):
+            i18n.assert_translated()
+    finally:
+        del strings[key]
+        i18n._templates.cache_clear()
+
+
+def test_the_preemption_timeline_and_the_playground_legend_read_without_a_seam(zh):
+    for text in ("static batching, recompute: 12 steps, 3 preemptions", "continuous batching: 9 steps",
+                 "static batching", "continuous batching"):
+        shown = i18n.t(text)
+        assert "batching" not in shown and not i18n.term_problems(shown), shown
+    assert not i18n.missing()
+
+
+def test_the_index_lists_the_term_table():
+    index = json.loads((build_zh.OUT / "00_index.ipynb").read_text(encoding="utf-8"))
+    text = "".join("".join(c["source"]) for c in index["cells"] if c["cell_type"] == "markdown")
+    assert build_zh.term_table() in text and build_zh.TERMS_PLACEHOLDER not in text
+    for en, entry in i18n.catalogue("zh-TW")["terms"].items():
+        assert f"| {en} | {entry['zh']} |" in text

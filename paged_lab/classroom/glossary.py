@@ -58,7 +58,7 @@ TERMS: tuple[Term, ...] = (
          ("grouped-query attention", "MQA", "MHA")),
     Term("model weights", "the station's rules, one copy for everyone", "模型權重",
          "The parameters: one copy shared by every request; paging does not shrink them (quantization does).",
-         True, ("weights",)),
+         False, ("weights",)),
     Term("KV pool", "the locker area", "置物櫃區", "The GPU memory left for the KV cache after the weights, "
                                                "cut into `num_blocks` blocks shared "
                                                "by all requests.", True, ("KV memory",)),
@@ -163,7 +163,7 @@ TERMS: tuple[Term, ...] = (
                                                       "full block: equal only after "
                                                       "an equal prefix.", False, ("block hashes",)),
     Term("system prompt", "the same instructions in front of everyone", "系統提示詞",
-         "A shared start of many prompts: what prefix caching stores once.", True, ("system prompts",)),
+         "A shared start of many prompts: what prefix caching stores once.", False, ("system prompts",)),
     Term("eviction", "reusing a freed page for new luggage", "舊頁拿去放新行李",
          "Handing out a free block that "
          "still held cached content; its hash is forgotten.", False, ("evict", "evicted", "evictions")),

@@ -80,7 +80,15 @@ def _bench_vllm(args) -> int:
 
 
 def _kv(args) -> int:
-    from paged_lab.kv_math import GB, get_spec, human_bytes, list_specs, num_kv_blocks, plan_capacity
+    from paged_lab.kv_math import (
+        GB,
+        dtype_bytes,
+        get_spec,
+        human_bytes,
+        list_specs,
+        num_kv_blocks,
+        plan_capacity,
+    )
 
     if args.list:
         print("\n".join(list_specs()))
@@ -92,15 +100,25 @@ def _kv(args) -> int:
     per_token = spec.kv_bytes_per_token(args.dtype)
     print(f"{spec.name}: {spec.num_layers} layers, {spec.num_heads} query heads, {spec.num_kv_heads} KV "
           f"heads ({spec.attention_kind}), head_dim {spec.head_dim}")
-    print(f"KV per token ({args.dtype}): 2 x {spec.num_layers} x {spec.num_kv_heads} x {spec.head_dim} x "
-          f"{per_token // (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim)} B = {per_token:,} B "
+    width = dtype_bytes(args.dtype)
+    formula = f"2 x {spec.num_layers} x {spec.num_kv_heads} x {spec.head_dim} x {width} B"
+    if spec.is_mla:  # one latent per layer and token
+        formula = f"{spec.num_layers} x ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) x {width} B"
+    print(f"KV per token ({args.dtype}): {formula} = {per_token:,} B "
           f"({human_bytes(per_token)}); as MHA: {human_bytes(spec.kv_bytes_per_token_mha(args.dtype))}")
+    if spec.num_sliding_layers:
+        context_bytes = spec.kv_bytes_for_context(args.context, args.dtype)
+        print(f"{spec.num_sliding_layers} of {spec.num_layers} layers keep only the last "
+              f"{spec.sliding_window:,} tokens: {args.context:,} tokens take {human_bytes(context_bytes)}, "
+              f"not {human_bytes(args.context * per_token)}")
     plan = plan_capacity(spec, args.gpu_gb * GB, args.context, args.dtype)
     blocks = (num_kv_blocks(spec, plan.kv_budget_bytes, args.block_size, args.dtype) if plan.kv_budget_bytes
               else 0)
+    # with sliding-window layers a block of every layer is not what a token costs: no one block count
+    in_blocks = "" if spec.num_sliding_layers else f" = {blocks:,} blocks of {args.block_size}"
     print(f"{args.gpu_gb:g} GB GPU: weights {plan.weight_bytes / GB:.1f} GB, KV budget "
-          f"{plan.kv_budget_bytes / GB:.1f} GB = {plan.max_tokens:,} tokens = {blocks:,} blocks of "
-          f"{args.block_size} = {plan.max_seqs:,} sequences of {args.context:,} tokens")
+          f"{plan.kv_budget_bytes / GB:.1f} GB = {plan.max_tokens:,} tokens{in_blocks} = "
+          f"{plan.max_seqs:,} sequences of {args.context:,} tokens")
     return 0
 
 

@@ -1,12 +1,12 @@
 """Pure figure functions (state -> plotly Figure) and thin widget wiring.
 
-Each concept keeps its figures in its own module -- ``viz.kv`` (notebook 01), ``viz.sched``
-(02, 05), ``viz.chunks`` (05: chunked prefill step by step), ``viz.blocks`` (03, 04),
-``viz.hash_chain`` (04: the prefix cache's hash chain), ``viz.kernels`` (03, 06), ``viz.engine`` (07),
-``viz.overview`` (07: the engine as a whole) -- and ``viz.widgets`` wires sliders to them, ``viz.tables``
-draws tables, and ``viz.i18n`` shows all of it (and the classroom's quizzes and glossary) in the
-learner's language. Import from those modules; only the KV-size figures of notebook 01 are re-exported
-here.
+Each concept keeps its figures in its own module -- ``viz.kv`` (notebook 01), ``viz.sched`` (02, 05),
+``viz.chunks`` (05: chunked prefill step by step), ``viz.blocks`` (03, 04), ``viz.hash_chain`` (04: the
+prefix cache's hash chain), ``viz.kernels`` (03, 06), ``viz.engine`` (07), ``viz.overview`` (07: the engine
+as a whole), ``viz.kv_models`` (08: KV memory in today's models) -- and ``viz.widgets`` wires sliders to
+them, ``viz.tables`` draws tables, and ``viz.i18n`` shows all of it (and the classroom's quizzes and
+glossary) in the learner's language. Import from those modules; only the KV-size figures of notebook 01 are
+re-exported here.
 """
 
 import importlib

@@ -19,7 +19,15 @@ template: each ``{}`` matches any text (a computed number, a model name), and th
 the matched parts with ``{0}``, ``{1}``, ... in its own order; a matched part is itself looked up, so
 a phrase inside a sentence is translated too. A text with no translation is shown in English and
 remembered (``missing()``) when it reads as prose, so a test can list what is left to translate.
-Other sections of the catalogue (``"glossary"``) belong to the module that shows them.
+
+The catalogue's ``"terms"`` is the term table: one rendering per English term (``"zh"``, glossed once as
+``"gloss"``), the variants it replaces (``"avoid"``, literal; ``"avoid_pattern"``, regular expressions,
+said in words by ``"avoid_note"``);
+``"plurals"`` lists the nouns whose English plural a Chinese sentence must not keep ("5 個 block").
+``term_problems(text)`` reads a translation against both, and a translation ``t`` composes from parts is
+checked as it is shown: "固定批次 batching" (a translated part, then the template's English head word)
+is remembered like a missing text, so ``assert_translated`` fails on it. Other sections of the catalogue
+(``"glossary"``) belong to the module that shows them.
 
 It sits below ``viz`` and ``classroom`` and imports nothing of the package; importing it loads no
 torch and no plotly.
@@ -119,6 +127,9 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
     if language == "en" or not isinstance(text, str) or not text.strip():
         return text
     found = _lookup(text, language)
+    if found is not None and record and found != text:
+        for problem in term_problems(found, language):  # a seam the parts made: "固定批次 batching"
+            note_missing(f"{found!r}: {problem}")
     if found is None and "<br>" in text:  # a long title wrapped for display (viz.widgets.wrap_title)
         found = next(filter(None, (_lookup(v, language, record=False) for v in _unwrapped(text))), None)
     if found is None:
@@ -180,8 +191,70 @@ def assert_translated() -> None:
     last cell calls it, so nbval fails on an untranslated figure title or quiz text)."""
     if _missing:
         listed = "\n".join(f"  {s!r}" for s in _missing)
-        raise AssertionError(f"{len(_missing)} text(s) shown in English; "
+        raise AssertionError(f"{len(_missing)} text(s) shown in English or breaking the term table; "
                              f"add them to {LOCALE_DIR}/{lang()}.json:\n{listed}")
+
+
+# ---------------------------------------------------------------- one rendering per term
+
+# What a term check reads past: code (fenced or inline), math, link targets, markup, a template's {0}.
+_NOT_PROSE = re.compile(r"```.*?```|`[^`\n]*`|\$[^$\n]+\$|\]\([^)\s]*\)|<[^>]+>|https?://\S+|\{\d*\}"
+                        r"|\[[^\]\n]*,[^\]\n]*\]", re.S)  # ... and a shape or list: [batch, KV heads, tokens]
+
+
+def prose_of(text: str) -> str:
+    """``text`` with code, math, link targets, markup and template slots blanked out (what a reader reads
+    as the sentence itself)."""
+    return _NOT_PROSE.sub(" ", text)
+
+
+@cache
+def _term_rules(language: str) -> tuple[list[tuple[re.Pattern, str]], re.Pattern | None]:
+    """The catalogue's ``"terms"`` as (pattern, why) pairs and its ``"plurals"`` as one pattern."""
+    data = catalogue(language)
+    rules = []
+    for en, entry in data.get("terms", {}).items():
+        zh = entry.get("zh", "")
+        why = f"the term table writes {en!r} as {zh!r}"
+        rules += [(re.compile(re.escape(avoid)), why) for avoid in entry.get("avoid", [])]
+        rules += [(re.compile(pattern), why) for pattern in entry.get("avoid_pattern", [])]
+        head = en.split()[-1]
+        if zh and zh.lower() != en.lower() and _CJK.search(zh):  # 固定批次 batching: a gloss without brackets
+            rules.append((re.compile(re.escape(zh) + r"\s*" + re.escape(head) + r"(?:s|es)?\b", re.I),
+                          f"{zh!r} followed by its English head word {head!r}: a seam"))
+    nouns = data.get("plurals", {}).get("nouns", [])
+    forms = {n + "s" for n in nouns} | {n + "es" for n in nouns}
+    forms |= {n[:-1] + "ies" for n in nouns if n.endswith("y")}
+    forms = sorted(forms | ({"children"} if "child" in nouns else set()), key=len, reverse=True)
+    # a plural is a word of its own: not part of a path (kernels/x.py), a file (notebooks.md) or an_identifier
+    plural = re.compile(r"(?<![A-Za-z_/.-])(" + "|".join(forms) + r")(?![A-Za-z_/.-])") if forms else None
+    return rules, plural
+
+
+def term_problems(text: str, language: str = "zh-TW") -> list[str]:
+    """Where a translation breaks the catalogue's term table (``"terms"``: a variant it avoids, a Chinese
+    rendering followed by its English head word) or keeps an English plural in a Chinese sentence
+    (``"plurals"``). Code, math, links and runs of four English words (a title, a quote) are not read."""
+    if language == "en" or not isinstance(text, str) or not _CJK.search(text):
+        return []
+    rules, plural = _term_rules(language)
+    prose = prose_of(text)
+    out = [f"{m.group(0)!r}: {why}" for pattern, why in rules for m in pattern.finditer(prose)]
+    out = list(dict.fromkeys(out))  # a variant both listed and matched by a pattern is named once
+    if plural is not None:
+        for line in re.split(r"[\n。！？；]", _PHRASE.sub(" ", prose)):
+            if _CJK.search(line):
+                out += [f"{m.group(0)!r}: an English plural in a Chinese sentence "
+                        f"(say {_singular(m.group(0))!r})" for m in plural.finditer(line)]
+    return out
+
+
+def _singular(word: str) -> str:
+    if word == "children":
+        return "child"
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    return word[:-2] if word.endswith(("ches", "shes", "sses", "xes")) else word[:-1]
 
 
 # ---------------------------------------------------------------- figures

@@ -19,7 +19,7 @@ from paged_lab.kv_math import (
 )
 from paged_lab.viz.tables import Table
 
-KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c"}
+KIND_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MQA": "#2ca02c", "MLA": "#9467bd"}
 K_COLOR, V_COLOR = "#1f77b4", "#ff7f0e"
 
 
@@ -121,7 +121,7 @@ def fig_kv_vs_gpu(
     """Per GPU size: the weights, the KV memory that ``num_requests`` x ``context_len`` tokens need,
     and how much room is left. A red KV bar means it does not fit."""
     spec = as_spec(model)
-    need = spec.kv_bytes(num_requests * context_len, dtype) / GB
+    need = num_requests * spec.kv_bytes(context_len, dtype) / GB  # each request keeps its own window
     labels, weights, kv_fit, kv_over, free, fits = [], [], [], [], [], []
     for size in gpu_sizes_gb:
         plan = plan_capacity(spec, size * GB, context_len, dtype)
@@ -172,11 +172,12 @@ def capacity_readout(model: str | ModelSpec, dtype: str, context_len: int, num_r
                      gpu_sizes_gb: Sequence[int] = COMMON_GPU_SIZES_GB) -> str:
     """One line for the playground: what the requests need, and what that means on each card."""
     spec = as_spec(model)
-    need = spec.kv_bytes(num_requests * context_len, dtype)
+    need = num_requests * spec.kv_bytes(context_len, dtype)
+    per_token = need / (num_requests * context_len)  # below bytes/token past a sliding window
     plans = {s: plan_capacity(spec, s * GB, context_len, dtype) for s in gpu_sizes_gb}
     fits = [s for s, p in plans.items() if p.max_seqs >= num_requests]
     short = [(s, p.max_seqs) for s, p in plans.items() if p.max_seqs < num_requests]
-    head = (f"<b>{num_requests} × {context_len:,} tokens</b> × {spec.kv_bytes_per_token(dtype):,} B/token "
+    head = (f"<b>{num_requests} × {context_len:,} tokens</b> × {per_token:,.0f} B/token "
             f"({canonical_dtype(dtype)}) = <b>{need / GB:,.2f} GB</b> of KV")
     if not fits:
         return f"{head} → no card here holds it beside {spec.weight_bytes() / GB:,.1f} GB of weights"
