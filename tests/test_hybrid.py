@@ -6,9 +6,12 @@ positions p-3..p, so after c computed tokens the next one skips c - 3 of them, (
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks
+from paged_lab.kv_math import cdiv, window_blocks_held
+from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks, replay
 from paged_lab.memory.errors import BlockManagerError
 from paged_lab.memory.hybrid import (
     NULL_BLOCK,
@@ -18,6 +21,7 @@ from paged_lab.memory.hybrid import (
     kv_cache_groups,
 )
 from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
 
 FULL, SWA = KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)
@@ -48,6 +52,7 @@ def test_requests_that_fit_by_hand():
     assert requests_that_fit(hybrid, prompt_len=4, max_tokens=9, limit=16) == 2
     assert requests_that_fit(every_layer_full, prompt_len=4, max_tokens=9, limit=16) == 1
     assert requests_that_fit(lambda: HybridBlockManager(4, 2, [FULL, SWA]), 4, 9) == 0  # never alone
+    assert requests_that_fit(hybrid, prompt_len=4, max_tokens=9, limit=1) == 1  # capped at the limit
 
 
 def test_the_window_frees_blocks_and_nulls_their_entries():
@@ -189,3 +194,72 @@ def test_kv_cache_groups_split_like_vllm():
         kv_cache_groups(["full_attention", "linear_attention"])
     with pytest.raises(InvalidBlockConfig, match="sliding_window"):
         kv_cache_groups(["sliding_attention"])
+
+
+def test_swap_preemption_is_refused_up_front():
+    with pytest.raises(ValueError, match="preemption='swap'"):
+        Scheduler(HybridBlockManager(8, 2, [FULL, SWA]), max_num_seqs=2, preemption="swap")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_runs_keep_the_rules_and_the_window_bound(seed):
+    """Three groups (full, W=5, W=9), random requests, a small pool and budget: after every step the
+    invariants hold, every live request holds the same tokens in each group, and a window group never
+    holds more than cdiv(W - 1 + budget, block_size) + 1 blocks of one request (what admission counts)."""
+    rng = random.Random(seed)
+    bs, budget = rng.choice([2, 4]), rng.choice([4, 8, 16])
+    groups = [FULL, KVCacheGroup("w5", 1, 5), KVCacheGroup("w9", 1, 9)]
+    hm = HybridBlockManager(rng.randint(30, 60), bs, groups, max_num_batched_tokens=budget)
+    sched = Scheduler(hm, max_num_seqs=rng.randint(1, 4), max_num_batched_tokens=budget)
+    seqs = [Sequence(i, [rng.randrange(1, 500) for _ in range(rng.randint(1, 20))],
+                     max_tokens=rng.randint(1, 25), ignore_eos=True) for i in range(rng.randint(2, 7))]
+    pending = [(rng.randint(0, 10), seq) for seq in seqs]
+    step, preempted, rejected = 0, 0, 0
+    while pending or sched.has_unfinished():
+        for arrival, seq in [p for p in pending if p[0] <= step]:
+            pending.remove((arrival, seq))
+            try:
+                sched.add_request(seq)
+            except RequestTooLargeError:  # longer than the pool can ever hold: rejected up front
+                rejected += 1
+        out = sched.schedule()
+        preempted += len(out.preempted)
+        hm.check_invariants()
+        for sid in hm.seq_ids:
+            for g in groups[1:]:
+                assert hm.blocks_held(sid)[g.name] <= hm.admission_blocks(g, 10**6), (seed, step, sid)
+        sched.update(out, [1] * len(out.sampling))
+        step += 1
+        assert step < 2000
+    assert hm.num_free_blocks == hm.num_blocks and hm.used_slots == 0
+    assert rejected < len(seqs), seed  # the run did something
+
+
+def test_the_event_log_replays_the_windows_frees():
+    """A BlockManager that owns its pool, driven as a window group: replaying its log (``skip`` events
+    included) rebuilds the live pool, tables with their null entries and the free queue's order."""
+    bm = BlockManager(8, 2)
+    bm.allocate("a", [1, 2, 3, 4, 5])
+    bm.allocate("b", [6, 7, 8])
+    bm.free_blocks_before("a", 2)
+    bm.append_tokens("a", [9, 10])
+    bm.free_blocks_before("b", 1)
+    bm.free("b")
+    want = bm.state()
+    got = replay(bm.events, bm.num_blocks)
+    assert got.tables == want.tables == {"a": [NULL_BLOCK, NULL_BLOCK, 2, 1]}
+    assert got.free_queue == want.free_queue and got.refcounts == want.refcounts
+    assert got.fill(2)[2] == 2 and got.owners() == {2: ["a"], 1: ["a"]}
+
+
+@pytest.mark.parametrize("block_size,window", [(2, 4), (4, 8), (4, 6), (16, 128), (3, 1)])
+def test_the_manager_holds_what_kv_math_counts(block_size, window):
+    """kv_math.window_blocks_held is a formula; the manager runs. They must agree on every length: a
+    request with n computed tokens, its passed blocks given back, holds window_blocks_held(n) blocks."""
+    group = KVCacheGroup("swa", 1, sliding_window=window)
+    for n in range(1, 8 * block_size + window):
+        hm = HybridBlockManager(2 * cdiv(n, block_size), block_size, [KVCacheGroup("full", 1), group])
+        hm.allocate("r", range(n))
+        hm.remove_skipped_blocks("r", n)
+        assert hm.blocks_held("r") == {"full": cdiv(n, block_size),
+                                       "swa": window_blocks_held(n, block_size, window)}, n

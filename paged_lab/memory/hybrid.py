@@ -120,6 +120,8 @@ class HybridBlockManager:
     {'full': [0, 1, 2], 'swa': [-1, 4, 5]}
     """
 
+    swappable = False  # no single block table to copy to the CPU: the Scheduler refuses preemption="swap"
+
     def __init__(self, num_blocks: int, block_size: int, groups: Sequence[KVCacheGroup],
                  enable_prefix_caching: bool = False, record_events: bool = True, reuse: str = "v1",
                  max_num_batched_tokens: int | None = None):
@@ -302,8 +304,8 @@ class HybridBlockManager:
     # -- inspection ------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Every group keeps the BlockManager's rules over the shared pool (refcounts count every
-        group's tables); all groups hold the same sequences and tokens; a window group holds no block
-        before its window."""
+        group's tables) and all groups hold the same sequences and tokens. (A window group may still
+        hold blocks the window has passed: the next step gives them back, ``remove_skipped_blocks``.)"""
         ms = list(self.managers.values())
         for m in ms:
             check_invariants(m, [o for o in ms if o is not m])

@@ -77,6 +77,9 @@ class Scheduler:
             raise ValueError(f"preemption must be one of {PREEMPTION}, got {preemption!r}")
         if allocation not in ALLOCATION:
             raise ValueError(f"allocation must be one of {ALLOCATION}, got {allocation!r}")
+        if preemption == "swap" and not getattr(allocator, "swappable", True):
+            raise ValueError(f"preemption='swap' copies one block table per sequence to the CPU; "
+                             f"{type(allocator).__name__} keeps one per layer group: use 'recompute'")
         self.allocation = allocation
         self.max_num_seqs = check_int("max_num_seqs", max_num_seqs, minimum=1)
         self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(

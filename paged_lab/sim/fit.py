@@ -30,7 +30,7 @@ def requests_that_fit(make_allocator: Callable[[], KVCacheAllocator], prompt_len
     """The most requests (of ``prompt_len`` + ``max_tokens``) that all run at once to the end, none of them
     preempted or kept waiting, over a fresh ``make_allocator()`` (called once per try). 0 when one alone
     never fits. If ``k`` requests fit, ``k - 1`` do (the same requests, fewer of them), so the answer is
-    found by bisection; ``limit`` bounds it."""
+    found by doubling ``k`` until it fails, then bisecting: about 2 log2(answer) runs; ``limit`` bounds it."""
     prompt_len = check_int("prompt_len", prompt_len, minimum=1)
     max_tokens = check_int("max_tokens", max_tokens, minimum=1)
     limit = check_int("limit", limit, minimum=1)
@@ -39,7 +39,10 @@ def requests_that_fit(make_allocator: Callable[[], KVCacheAllocator], prompt_len
         s = run_together(make_allocator, k, prompt_len, max_tokens, max_num_batched_tokens)
         return s["num_preemptions"] == 0 and s["peak_running"] == k and s["num_finished"] == k
 
-    lo, hi = 0, limit  # fits(lo) holds (0 requests always fit); find the largest k <= hi that fits
+    lo, k = 0, 1  # fits(lo) holds (0 requests always fit)
+    while k <= limit and fits(k):
+        lo, k = k, 2 * k
+    hi = min(k - 1, limit)  # fits(k) failed (or k passed the limit): the answer is in [lo, hi]
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
