@@ -93,6 +93,18 @@ def test_the_playground_figure_ends_at_the_request_it_describes():
     assert len(fig_kv_today("llama-3.1-8b", "fp8", 4096, 128, 80).data) == 1   # no sliding layers
 
 
+def test_the_playground_figure_holds_still_while_the_sliders_move():
+    """The browser test moves each slider and requires the same figure size and axes: they may depend on
+    the model (a dropdown), never on the context or the sliding window."""
+    a = fig_kv_today("gpt-oss-20b", "bfloat16", 4096, 128, 80).layout
+    b = fig_kv_today("gpt-oss-20b", "bfloat16", 65536, 1024, 80).layout
+    assert (a.xaxis.range, a.yaxis.range, a.title.text) == (b.xaxis.range, b.yaxis.range, b.title.text)
+    assert a.xaxis.type == a.yaxis.type == "log"
+    assert 10 ** a.yaxis.range[1] >= 24 * kv_math.cdiv(131072, 16)   # room for every layer full at the end
+    with pytest.raises(ValueError, match="max_context"):
+        fig_kv_today("gpt-oss-20b", "bfloat16", 4096, 128, 80, max_context=2048)
+
+
 def test_requests_that_fit_divide_what_the_weights_leave():
     spec = kv_math.get_spec("gpt-oss-20b")
     built, full = requests_that_fit("gpt-oss-20b", "bfloat16", 8192, 80)

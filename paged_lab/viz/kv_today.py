@@ -12,6 +12,7 @@ request; a sliding-window layer only those that overlap its last ``sliding_windo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -113,20 +114,28 @@ def fig_blocks_held(series: Mapping[str, Sequence[int]], first_token: int = 1,
 
 
 def fig_kv_today(model: str, cache_dtype: str, context_len: int, sliding_window: int, gpu_gb: int,
-                 block_size: int = 16) -> go.Figure:
+                 block_size: int = 16, max_context: int = 131072) -> go.Figure:
     """The playground's figure: the layer blocks one request holds while it grows to ``context_len``
-    tokens, as the model is built and as if every layer were full (``gpu_gb`` is the readout's)."""
+    tokens, as the model is built and as if every layer were full (``gpu_gb`` is the readout's).
+
+    Both axes are logarithmic and fixed by the model and ``max_context`` (the context slider's end), so
+    the figure holds still while the sliders move and only the lines change; the numbers are the
+    readout's."""
+    if context_len > max_context:
+        raise ValueError(f"context_len={context_len} is past max_context={max_context}")
     spec = with_sliding_window(as_spec(model), sliding_window)
     xs = token_points(context_len)
     at = [request_kv(spec, n, cache_dtype, block_size) for n in xs]
     series = {"as built": [r.layer_blocks for r in at]}
     if spec.num_sliding_layers:
         series["every layer full"] = [r.layer_blocks_all_full for r in at]
-    last = at[-1]
-    title = (f"{spec.name}, {canonical_dtype(cache_dtype)} cache: {spec.kv_bytes_per_token(cache_dtype):,} B "
-             f"per token; {context_len:,} tokens hold {last.layer_blocks:,} layer blocks "
-             f"({last.kv_bytes / GIB:,.2f} GiB)")
-    return fig_blocks_held(series, x=xs, title=title, yaxis_title="layer blocks held (all layers)")
+    dtype = canonical_dtype(cache_dtype)
+    title = f"{spec.name}: the layer blocks one request holds as it grows ({dtype} cache)"
+    fig = fig_blocks_held(series, x=xs, title=title, yaxis_title="layer blocks held (all layers)")
+    most = spec.num_layers * cdiv(max_context, block_size)  # every layer full at the longest context
+    fig.update_xaxes(type="log", range=[0, math.log10(max_context)])
+    fig.update_yaxes(type="log", range=[0, math.log10(2 * most)])
+    return fig
 
 
 def requests_that_fit(model: str | ModelSpec, cache_dtype: str, context_len: int, gpu_gb: int,
@@ -150,8 +159,8 @@ def kv_today_readout(model: str, cache_dtype: str, context_len: int, sliding_win
     r = request_kv(spec, context_len, dtype, block_size)
     per_number = kv_math.dtype_bytes(dtype)
     if spec.attention_kind == "MLA":
-        why = (f"MLA: {spec.num_layers} layers × one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
-               f"numbers × {per_number} B")
+        why = (f"MLA: {spec.num_layers} layers × one latent of {spec.kv_lora_rank} + "
+               f"{spec.qk_rope_head_dim} numbers × {per_number} B")
     else:
         why = (f"{spec.attention_kind}: 2 × {spec.num_layers} layers × {spec.num_kv_heads} KV heads × "
                f"{spec.head_dim} numbers × {per_number} B")
