@@ -36,7 +36,15 @@ def vllm_ids(blocks: list[int]) -> list[int]:
 def manager_for(cfg: dict) -> HybridBlockManager:
     groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=cfg["sliding_window"])]
     return HybridBlockManager(cfg["num_blocks"] - 1, cfg["block_size"], groups,
+                              enable_prefix_caching=cfg["enable_prefix_caching"],
                               max_num_batched_tokens=cfg["max_num_batched_tokens"])
+
+
+def cached_in_tables(hm: HybridBlockManager) -> dict[str, list[int]]:
+    """Each group's cached blocks that a live table holds (vLLM ids). (A freed cached block is in no table,
+    and our pool cannot tell which group cached it: the groups salt their hash chains instead.)"""
+    return {g.name: sorted({b + 1 for sid in hm.seq_ids for b in hm.block_tables(sid)[g.name]
+                            if b in hm.pool.block_hash}) for g in hm.groups}
 
 
 def tables(hm: HybridBlockManager) -> dict[str, dict[str, list[int]]]:
@@ -75,6 +83,17 @@ def replay(scenario: dict) -> int:
         want_computed = {sid: n for sid, n in want["num_computed_tokens"].items() if sid in computed}
         assert computed == want_computed, where
         assert vllm_ids(list(hm.pool.free_queue)) == want["free_queue_after_update"], where
+        assert vllm_ids(sorted(hm.pool.block_hash)) == want["cached_blocks"], where
+        held = {name: {b for t in ts.values() for b in t} for name, ts in tables(hm).items()}  # after update
+        assert cached_in_tables(hm) == {name: [b for b in ids if b in held[name]]
+                                        for name, ids in want["cached_by_group"].items()}, where
+        pc = want["prefix_cache"]  # vLLM counts re-admissions of preempted requests apart
+        assert hm.stats.prefix_cache_queries == pc["queries"] + pc["preempted_queries"], where
+        assert hm.stats.prefix_cache_hits == pc["hits"] + pc["preempted_hits"], where
+        if cfg["enable_prefix_caching"]:  # the junctions the window group caches before (running requests)
+            swa = hm.managers["swa"]
+            assert {sid: b[1] for sid, b in swa.boundaries.items() if len(b) > 1} == {
+                sid: n for sid, n in want["shared_prefix_boundary"].items() if sid in swa.boundaries}, where
         hm.check_invariants()
     assert not sched.has_unfinished()
     for rid, seq in seqs.items():
@@ -125,4 +144,4 @@ def test_file_is_the_recorders_canonical_output_of_its_hybrid_scenarios():
     for got, want in zip(TRACES["scenarios"], defined):
         assert got["config"] == want["config"] and got["requests"] == want["requests"], got["name"]
         assert got["description"] == want["description"], got["name"]
-        assert got["config"]["sliding_window"] and not got["config"]["enable_prefix_caching"]
+        assert got["config"]["sliding_window"]
