@@ -18,7 +18,9 @@ library, vllm and torch (vllm's own dependency, for the KV-cache spec's dtype) a
 ``--hybrid`` records other scenarios, whose KVCacheConfig has two groups over one pool: ``["full"]`` with a
 ``FullAttentionSpec`` and ``["swa"]`` with a ``SlidingWindowSpec`` (window ``config["sliding_window"]``);
 each step's ``block_ids`` then holds each group's tables, ``{"full": {rid: ids}, "swa": {rid: ids}}``, with
-vLLM's null block 0 where the window gave a block back (tests/test_vllm_hybrid_parity.py).
+vLLM's null block 0 where the window gave a block back (tests/test_vllm_hybrid_parity.py), and, per step,
+``cached_by_group`` (the blocks cached for each group) and the live requests' ``shared_prefix_boundary``.
+The KVCacheConfig gets the CacheConfig's ``prefix_cache_retention_interval`` (0), as the engine builds it.
 
 ``--model-dir`` names a local Hugging Face model directory that only feeds vLLM's ``ModelConfig``
 (config.json; no weights are read, no tokenizer is started). The default,
@@ -277,7 +279,8 @@ RANDOM_HYBRID_SEED0 = 2000
 
 
 def hybrid_scenarios() -> list[dict]:
-    """Two layer groups (full + a window of W) over one pool, caching off: the window's blocks drop."""
+    """Two layer groups (full + a window of W) over one pool: caching off (the window's blocks drop), then
+    caching on (``hybrid_caching_scenarios`` and seeded ones: which blocks each group caches and hits)."""
     s = [{
         "name": "swa_long_generation",
         "description": "W=8, block 4: a 10-token prompt generating 30 tokens. The full group grows to 10 "

@@ -259,7 +259,7 @@ class BlockManager:
 
         ``num_prompt_tokens``: how many of ``token_ids`` are the request's prompt (a recomputed request
         brings its outputs too). Full attention caches every full block, so it does not need it; a
-        sliding-window group caches the window before the prompt's end (``memory/hybrid.py``)."""
+        sliding-window group caches the window before the prompt's end (``memory/sliding_window.py``)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
@@ -327,6 +327,7 @@ class BlockManager:
         first = s.num_cached_blocks
         keep = self._reachable_blocks(seq_id, first, upto)  # None: every full block
         new_full = zip(s.table[first:upto], s.hashes[first:upto], keep or [True] * (upto - first))
+        # (a NULL_BLOCK entry is a window's skipped block: nothing to cache)
         newly_cached = [b for b, h, k in new_full if k and b != NULL_BLOCK and self.pool.cache(b, h)]
         s.num_cached_blocks = upto
         if newly_cached:  # these blocks can be reused from now on
@@ -334,7 +335,7 @@ class BlockManager:
 
     def _reachable_blocks(self, seq_id, first: int, end: int) -> list[bool] | None:
         """Which of blocks ``[first, end)`` a later prefix hit could use, so are worth caching: all of
-        them for full attention (None). A sliding-window group keeps fewer (``memory/hybrid.py``)."""
+        them for full attention (None). A sliding-window group keeps fewer (``memory/sliding_window.py``)."""
         return None
 
     def _reuse_cached_blocks(self, s: SequenceBlocks, seq_id, hits: list[int], num_queried: int) -> None:

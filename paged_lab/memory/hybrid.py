@@ -296,7 +296,16 @@ class HybridBlockManager:
         ``HybridKVCacheCoordinator.find_longest_cache_hit``: each kind of group in turn, full attention
         first, searches no further than the length so far and may shorten it; repeat until no kind
         shortens it (one pass when there are just two kinds, full first). The last token is always computed
-        (its logits), so at most ``len(token_ids) - 1`` tokens hit. Changes nothing."""
+        (its logits), so at most ``len(token_ids) - 1`` tokens hit. Changes nothing. A window group's real
+        blocks in ``CacheHit.blocks`` are the ones its hit had to find.
+
+        >>> groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)]
+        >>> hm = HybridBlockManager(20, 2, groups, enable_prefix_caching=True)
+        >>> hm.allocate("a", list(range(9)))
+        {'full': [0, 1, 2, 3, 4], 'swa': [5, 6, 7, 8, 9]}
+        >>> hm.find_longest_cache_hit(list(range(9)))  # a twin: the window part needs its last 2 blocks only
+        CacheHit(num_tokens=8, blocks={'full': [0, 1, 2, 3], 'swa': [-1, -1, 7, 8]}, shared_prefix_boundary=0)
+        """
         token_ids = check_token_ids("token_ids", list(token_ids), error=InvalidTokenId)
         if not self.enable_prefix_caching or len(token_ids) < 2:
             return CacheHit(0, {g.name: [] for g in self.groups})
