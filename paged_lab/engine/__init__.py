@@ -8,8 +8,9 @@
 
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
+from paged_lab.engine.kv_quant import KVDtypeReport, compare_kv_cache_dtypes
 from paged_lab.engine.llama import AttentionMetadata, PagedLlama
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama", "AttentionMetadata",
-           "KVCache"]
+           "KVCache", "KVDtypeReport", "compare_kv_cache_dtypes"]

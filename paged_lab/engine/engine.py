@@ -33,7 +33,7 @@ import torch
 
 from paged_lab import kernels
 from paged_lab.engine import inputs
-from paged_lab.engine.kv_cache import KVCache, resolve_num_blocks
+from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
 from paged_lab.engine.parallel_sampling import ParallelSampling
@@ -73,6 +73,12 @@ class LLM:
         ``vllm/engine/arg_utils.py``, which picks 8,192-16,384 on GPUs); a longer prompt is prefilled in
         chunks (chunked prefill, on by default in V1). None: no limit.
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
+    kv_cache_dtype: what the KV pool holds, vLLM's names: "auto" (the model's dtype) or "fp8" (K and V as
+        ``torch.float8_e4m3fn``, 1 byte a number, with one scale per layer for K and one for V, 1.0 as
+        vLLM's default; ``engine.kv_cache``). An fp8 pool holds 4x the tokens of fp32 in the same
+        ``kv_cache_memory`` (2x bf16's). The C and Triton kernels read float caches, so "auto" runs the
+        torch backend on an fp8 pool (``stats()["attention_backend_skipped"]`` says why);
+        ``engine.kv_quant.compare_kv_cache_dtypes`` measures what fp8 changes in the output.
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
@@ -101,12 +107,14 @@ class LLM:
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
                  block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
                  max_num_seqs: int = 32, max_num_batched_tokens: int | None = 4096,
-                 enable_prefix_caching: bool = True, attention_backend: str = "auto",
+                 enable_prefix_caching: bool = True, kv_cache_dtype: str = "auto",
+                 attention_backend: str = "auto",
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  parallel_sampling: str = "prefix",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
                  compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
         inputs.check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
+        resolve_kv_cache_dtype(kv_cache_dtype, "float32")  # a bad name raises before the model loads
         inputs.check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
                            compile_progress=compile_progress, cpu_prepack=cpu_prepack)
         max_model_len = inputs.check_max_model_len(max_model_len)
@@ -114,14 +122,16 @@ class LLM:
         self.hf_model = hf_model
         self.device = next(hf_model.parameters()).device
         self.dtype = canonical_dtype(dtype)
+        self.kv_cache_dtype = kv_cache_dtype
+        self.cache_dtype = resolve_kv_cache_dtype(kv_cache_dtype, self.dtype)  # "float32", ..., or "fp8"
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
-        inputs.check_compilable(enforce_eager, self.device, self.dtype)
+        inputs.check_compilable(enforce_eager, self.device, self.dtype, self.cache_dtype)
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
         self.max_model_len = inputs.model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
-        self.num_blocks = resolve_num_blocks(self.spec, block_size, self.dtype, num_kv_blocks,
-                                             kv_cache_memory)
-        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.dtype, self.device,
+        self.num_blocks = resolve_num_blocks(self.spec, block_size, self.cache_dtype, num_kv_blocks,
+                                             kv_cache_memory)  # fp8: 1 byte a number
+        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.cache_dtype, self.device,
                           size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory")
         self.block_manager = BlockManager(self.num_blocks, block_size, enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
@@ -289,7 +299,8 @@ class LLM:
             logits = self.compiled(batch.input_ids, batch.positions, self.kv.layers, meta, self._attend)
             return logits[batch.sample_rows]  # [num_sampled, vocab]
         hidden = self.runner.forward(batch.input_ids, batch.positions, self.kv.layers, meta,
-                                     attention=self._attend)  # [num_tokens, hidden]
+                                     attention=self._attend,  # hidden: [num_tokens, hidden]
+                                     kv_scales=self.kv.scales if self.kv.quantized else None)
         if not batch.sample_rows:
             return None
         rows = torch.tensor(batch.sample_rows, device=self.device)

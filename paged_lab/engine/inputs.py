@@ -143,10 +143,14 @@ def model_len(max_model_len: int | None, model_limit: int) -> int:
     return max_model_len
 
 
-def check_compilable(enforce_eager: bool, device: torch.device, dtype: str) -> None:
+def check_compilable(enforce_eager: bool, device: torch.device, dtype: str,
+                      cache_dtype: str = "float32") -> None:
     if not enforce_eager and (device.type != "cpu" or dtype != "float32"):
         raise ValueError(f"enforce_eager=False compiles decode steps for CPU float32 only; this model is "
                          f"{dtype} on {device} (use enforce_eager=True)")
+    if not enforce_eager and cache_dtype != dtype:
+        raise ValueError(f"enforce_eager=False compiles decode steps over a cache of the model's dtype only "
+                         f"(kv_cache_dtype='auto'); this cache is {cache_dtype} (use enforce_eager=True)")
 
 
 def check_arrival_steps(arrival_steps, n: int) -> list[int]:

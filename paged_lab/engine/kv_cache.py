@@ -3,6 +3,14 @@
 
 All layers live in one tensor ``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`` so a
 copy-on-write copy of block ``src`` into ``dst`` is one index op over every layer at once.
+
+The cache dtype is vLLM's ``kv_cache_dtype``: ``"auto"``, the model's dtype, or ``"fp8"``: K and V held as
+``torch.float8_e4m3fn`` (1 byte a number, a quarter of fp32's, half of bf16's), each layer with one
+scale for K and one for V (``KVCache.scales``), which the kernels divide by when they store and multiply
+by when they read (``paged_lab.kernels.quant``). The scales are 1.0, as vLLM's are when the checkpoint
+brings none: ``set_default_quant_scales`` in ``vllm/model_executor/layers/attention/attention.py``
+(vllm 0.32.0) fills ``_k_scale`` and ``_v_scale`` with 1.0, and only an fp8-quantized checkpoint loads
+others. (0.32.0 no longer has a ``calculate_kv_scales`` option that measures them at run time.)
 """
 
 from __future__ import annotations
@@ -13,9 +21,28 @@ from typing import Any
 import torch
 
 from paged_lab._checks import check_int
+from paged_lab.kernels.quant import FP8_DTYPE, is_quantized
 from paged_lab.kv_math import ModelSpec, canonical_dtype, check_positive, human_bytes, num_kv_blocks
 
 DEFAULT_KV_CACHE_MEMORY = 512 * 2**20  # bytes, when neither num_kv_blocks nor kv_cache_memory is given
+KV_CACHE_DTYPES = ("auto", "fp8")  # vLLM's CacheConfig.cache_dtype names (vllm/config/cache.py)
+# The torch dtype of each cache dtype that is not a model dtype
+_TORCH_CACHE_DTYPES = {"fp8": FP8_DTYPE}
+
+
+def resolve_kv_cache_dtype(kv_cache_dtype: str, model_dtype: Any) -> str:
+    """The cache dtype for ``kv_cache_dtype`` (one of KV_CACHE_DTYPES): "auto" -> the model's dtype (as
+    vLLM's ``kv_cache_dtype_str_to_dtype``, ``vllm/utils/torch_utils.py``), "fp8" -> "fp8"."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES} ('auto': the model's dtype; "
+                         f"'fp8': float8_e4m3fn with per-layer scales), got {kv_cache_dtype!r}")
+    return canonical_dtype(model_dtype) if kv_cache_dtype == "auto" else kv_cache_dtype
+
+
+def torch_cache_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype a cache of ``dtype`` ("float32", "bf16", "fp8", torch.bfloat16, ...) holds."""
+    name = canonical_dtype(dtype)
+    return _TORCH_CACHE_DTYPES.get(name) or getattr(torch, name)
 
 
 def resolve_num_blocks(spec: ModelSpec, block_size: int, dtype: Any, num_blocks: int | None = None,
@@ -37,17 +64,28 @@ def resolve_num_blocks(spec: ModelSpec, block_size: int, dtype: Any, num_blocks:
 
 
 class KVCache:
-    """Per-layer paged K/V tensors; ``kv.layers[i]`` is ``(k_cache, v_cache)`` of layer i."""
+    """Per-layer paged K/V tensors; ``kv.layers[i]`` is ``(k_cache, v_cache)`` of layer i, and
+    ``kv.scales[i]`` its ``(k_scale, v_scale)`` (used by an fp8 cache only; 1.0, vLLM's default).
+
+    dtype: the cache dtype, "float32", "bfloat16", "float16" or "fp8" (``torch.float8_e4m3fn``).
+    ``bytes``: the pool's size, num_layers x 2 x num_blocks x block_size x num_kv_heads x head_dim x
+    bytes per number."""
 
     def __init__(self, spec: ModelSpec, num_blocks: int, block_size: int, dtype: Any = "float32",
                  device: str | torch.device = "cpu", size_arg: str = "num_blocks"):
         """``size_arg`` names the argument that sized the pool, for the error when it cannot be allocated."""
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.dtype = getattr(torch, canonical_dtype(dtype))
+        self.dtype = torch_cache_dtype(dtype)
         shape = (spec.num_layers, 2, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.data = _allocate(shape, self.dtype, device, size_arg)
         self.layers = [(self.data[i, 0], self.data[i, 1]) for i in range(spec.num_layers)]
+        self.scales = [(1.0, 1.0)] * spec.num_layers  # per layer (k_scale, v_scale): see the module docstring
         self.bytes = self.data.numel() * self.data.element_size()
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the pool holds scaled fp8 numbers (its kernels need ``scales``)."""
+        return is_quantized(self.dtype)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy-on-write: block src -> block dst in every layer, for each (src, dst) pair."""

@@ -139,7 +139,9 @@ class LayerWeights:
 class PagedAttention:
     """The attention step of every layer, through ``paged_lab.kernels``: store the new tokens' K/V in
     their slots and attend over the block tables; a decode (one query token per sequence) does both in
-    one ``store_and_decode`` call. ``attention(q, k, v, k_cache, v_cache, meta, scale)``.
+    one ``store_and_decode`` call. ``attention(q, k, v, k_cache, v_cache, meta, scale, k_scale, v_scale)``;
+    ``k_scale``/``v_scale``: the layer's fp8 cache scales (``KVCache.scales``; a float cache ignores them),
+    which vLLM's ``Attention`` layer holds as ``_k_scale``/``_v_scale`` and passes to its kernels alike.
 
     The backend is chosen once (``kernels.choose_backend``): when the engine builds this with its cache
     (``like``: layer 0's (k_cache, v_cache) and the model's num_heads), else on the first call. A step's
@@ -167,7 +169,8 @@ class PagedAttention:
         q = None if num_heads is None else k_cache.new_empty((0, num_heads, k_cache.shape[-1]))
         self.backend = kernels.choose_backend(self.backend_name, k_cache, v_cache, q, stats=self.stats)
 
-    def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
+                 v_scale: float = 1.0) -> torch.Tensor:
         if self.backend is None:
             self._choose(k_cache, v_cache, q.shape[1])
         parts = self.prepare(meta, k_cache, v_cache)
@@ -175,27 +178,33 @@ class PagedAttention:
         if not first_plan.checked:  # the first layer of the step: the shapes the later layers repeat
             checks.check_layer(q, k, v, k_cache, v_cache, meta.slot_mapping.shape[0], scale)
             first_plan.checked = True
+        kv_scales = {"k_scale": k_scale, "v_scale": v_scale}
         if len(parts) == 1:
-            return self._attend(q, k, v, k_cache, v_cache, *parts[0], scale)
+            return self._attend(q, k, v, k_cache, v_cache, *parts[0], scale, kv_scales)
         (decode, decode_plan), (prefill, prefill_plan) = parts
         n = decode.slot_mapping.shape[0]
         # Every token of the step is stored before anyone attends, as in vLLM's layers: a one-token query
         # sorted into the decode part may read a block that a prefill of this same step fills (two equal
         # prompts admitted together: the second hits the first one's blocks).
-        self.backend.store_kv(k[n:], v[n:], k_cache, v_cache, prefill.slot_mapping, prefill_plan)
-        return torch.cat((self._attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, decode_plan, scale),
-                          self._prefill(q[n:], k_cache, v_cache, prefill, prefill_plan, scale)))
+        self.backend.store_kv(k[n:], v[n:], k_cache, v_cache, prefill.slot_mapping, prefill_plan, **kv_scales)
+        return torch.cat((
+            self._attend(q[:n], k[:n], v[:n], k_cache, v_cache, decode, decode_plan, scale, kv_scales),
+            self._prefill(q[n:], k_cache, v_cache, prefill, prefill_plan, scale, kv_scales)))
 
-    def _attend(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float) -> torch.Tensor:
+    def _attend(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float,
+                kv_scales: dict) -> torch.Tensor:
         if meta.is_decode:  # store every token's K/V, then attend: one call
             return self.backend.store_and_decode(q, k, v, k_cache, v_cache, meta.slot_mapping,
-                                                 meta.block_tables, meta.context_lens, scale, plan)
-        self.backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, plan)
-        return self._prefill(q, k_cache, v_cache, meta, plan, scale)
+                                                 meta.block_tables, meta.context_lens, scale, plan,
+                                                 **kv_scales)
+        self.backend.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, plan, **kv_scales)
+        return self._prefill(q, k_cache, v_cache, meta, plan, scale, kv_scales)
 
-    def _prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float) -> torch.Tensor:
+    def _prefill(self, q, k_cache, v_cache, meta: AttentionMetadata, plan, scale: float,
+                 kv_scales: dict) -> torch.Tensor:
         return self.backend.prefill(q, k_cache, v_cache, meta.block_tables, meta.context_lens,
-                                    meta.query_start_loc, scale, plan, max_query_len=meta.max_query_len)
+                                    meta.query_start_loc, scale, plan, max_query_len=meta.max_query_len,
+                                    **kv_scales)
 
     def prepare(self, meta: AttentionMetadata, k_cache, v_cache) -> list:
         """Check the step's tensors and build the backend's plan of it: [(metadata, StepPlan)], one part,
@@ -391,13 +400,15 @@ class PagedLlama:
     # -- forward --
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
-                meta: AttentionMetadata, attention=None) -> torch.Tensor:
+                meta: AttentionMetadata, attention=None, kv_scales: list | None = None) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] after the final norm.
 
         input_ids, positions: int64 [num_tokens], the query tokens of all scheduled sequences;
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
-        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns
-        [num_tokens, heads, head_dim].
+        kv_scales: per layer (k_scale, v_scale) of an fp8 cache (``KVCache.scales``), None for a float one;
+        attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads,
+        head_dim]; with kv_scales it also gets the layer's ``k_scale=``, ``v_scale=`` (so an attention
+        function written for float caches keeps working).
         """
         attention = attention or PagedAttention()
         top = None if meta.max_context_len is None else meta.max_context_len - 1
@@ -405,7 +416,9 @@ class PagedLlama:
         x = self.embed[input_ids]  # [num_tokens, hidden]
         for i, w in enumerate(self.layers):
             k_cache, v_cache = kv_caches[i]
-            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta, scale=self.scale)
+            quant = {} if kv_scales is None else dict(zip(("k_scale", "v_scale"), kv_scales[i]))
+            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta, scale=self.scale,
+                             **quant)
             x = decoder_layer(x, w, cos, sin, attend, self.dims)
         return rms_norm(x, self.final_norm, self.eps)
 

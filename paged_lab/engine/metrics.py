@@ -106,8 +106,10 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "attention_calls": dict(ks.calls),
         "attention_failures": dict(ks.failures),
         "attention_errors": dict(ks.last_error),
+        "attention_backend_skipped": dict(llm._attend.backend.skipped),  # "auto": backend -> why not
         "num_blocks": llm.num_blocks,
         "block_size": llm.block_size,
+        "kv_cache_dtype": llm.cache_dtype,  # "auto" resolved: the model's dtype, or "fp8"
         "kv_cache_bytes": llm.kv.bytes,
         "kv_usage": bm.usage,
         "peak_kv_usage": llm.metrics.peak_usage,

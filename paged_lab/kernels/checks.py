@@ -22,8 +22,10 @@ from __future__ import annotations
 import torch
 
 from paged_lab.kernels import torch_paged
+from paged_lab.kernels.quant import QUANTIZED_DTYPES, is_quantized
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+CACHE_DTYPES = FLOAT_DTYPES + QUANTIZED_DTYPES  # an fp8 cache holds scaled numbers (kernels.quant)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -56,7 +58,7 @@ def check_cache(k_cache, v_cache):
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"v_cache shape {tuple(v_cache.shape)} must equal k_cache shape "
                          f"{tuple(k_cache.shape)}")
-    _check_dtype("k_cache", k_cache, FLOAT_DTYPES)
+    _check_dtype("k_cache", k_cache, CACHE_DTYPES)
     if v_cache.dtype != k_cache.dtype:
         raise TypeError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
     if min(k_cache.shape[1:]) < 1:
@@ -67,7 +69,9 @@ def check_cache(k_cache, v_cache):
 def _check_q(q, k_cache, ndoc):
     _, _, num_kv_heads, head_dim = k_cache.shape
     _check_ndim("q", q, 3, f"[{ndoc}, num_heads, head_dim]")
-    if q.dtype != k_cache.dtype:
+    if is_quantized(k_cache.dtype):  # an fp8 cache serves a model of any float dtype
+        _check_dtype("q", q, FLOAT_DTYPES)
+    elif q.dtype != k_cache.dtype:
         raise TypeError(f"q dtype {q.dtype} must equal the cache dtype {k_cache.dtype}")
     if q.shape[2] != head_dim:
         raise ValueError(f"q head_dim {q.shape[2]} must equal the cache head_dim {head_dim}")
@@ -94,6 +98,13 @@ def _check_new_kv(k, v, k_cache):
 def check_scale(scale):
     if not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"scale must be a positive float (usually head_dim ** -0.5), got {scale!r}")
+
+
+def check_kv_scales(k_scale, v_scale):
+    """An fp8 cache's per-tensor scales: positive finite numbers (x / scale is what the cache stores)."""
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be a positive finite number (1.0: vLLM's default), got {value!r}")
 
 
 def check_num_splits(num_splits):

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from paged_lab.kernels import checks, cpu_paged, reference, torch_paged
+from paged_lab.kernels import checks, cpu_paged, quant, reference, torch_paged
 from paged_lab.kernels._interpret import load_kernels, triton_available
 
 TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
@@ -51,6 +51,8 @@ def _tables(plan, block_tables, context_lens):
     return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
 
 
+# The C and Triton kernels read float caches only (their ``unsupported`` says so for an fp8 one), so the
+# k_scale / v_scale an fp8 cache needs never reach them: they take the arguments and have no use for them.
 def _cpu_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=None, **_):
     tables, lens = _tables(plan, block_tables, context_lens)
     return cpu_paged.decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
@@ -62,7 +64,7 @@ def _cpu_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_lo
 
 
 def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
-                          plan=None):
+                          plan=None, **_):
     tables, lens = _tables(plan, block_tables, context_lens)
     return cpu_paged.decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
 
@@ -74,6 +76,9 @@ def _triton(k_cache):
 def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
     """Why the Triton kernels cannot take this cache, or None when they can."""
     block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
+    if quant.is_quantized(k_cache.dtype):
+        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
+                f"the torch backend dequantizes fp8)")
     if block_size not in TRITON_BLOCK_SIZES:
         return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
     if head_dim not in TRITON_HEAD_DIMS:
@@ -93,7 +98,8 @@ class Backend:
     """One backend: what it runs for each operation, and what it cannot take.
 
     Every function has the entry point's arguments (``plan``: the step's GatherPlan or None;
-    ``num_splits``/``max_query_len``: hints a backend may ignore). ``unsupported(k_cache, v_cache, q)``
+    ``num_splits``/``max_query_len``: hints a backend may ignore; ``k_scale``/``v_scale``, keywords: an fp8
+    cache's scales, which a float cache ignores). ``unsupported(k_cache, v_cache, q)``
     says why the backend cannot take these tensors, or None. ``uses_plan``: it reads the GatherPlan,
     so a caller running many layers should build one per step (``torch_paged.plan_gather``)."""
 
@@ -108,36 +114,39 @@ class Backend:
 
 def _store_then_decode(store, decode):
     """store_and_decode for a backend that has no fused kernel: its store, then its decode."""
-    def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None):
-        store(k, v, k_cache, v_cache, slot_mapping, plan=plan)
-        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan)
+    def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None,
+            **kv_scales):
+        store(k, v, k_cache, v_cache, slot_mapping, plan=plan, **kv_scales)
+        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan, **kv_scales)
     return run
 
 
 def _reference_backend() -> Backend:
-    store = lambda k, v, kc, vc, slots, plan=None: reference.store_kv(k, v, kc, vc, slots)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: reference.paged_attention_decode(
-        q, kc, vc, bt, cl, scale)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, **_: reference.paged_attention_prefill(
-        q, kc, vc, bt, cl, qsl, scale)
+    store = lambda k, v, kc, vc, slots, plan=None, k_scale=1.0, v_scale=1.0: reference.store_kv(
+        k, v, kc, vc, slots, k_scale, v_scale)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
+        reference.paged_attention_decode(q, kc, vc, bt, cl, scale, k_scale, v_scale))
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
+        reference.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, k_scale, v_scale))
     return Backend("reference", store, decode, prefill, _store_then_decode(store, decode))
 
 
 def _triton_backend() -> Backend:
-    store = lambda k, v, kc, vc, slots, plan=None: _triton(kc).store_kv(k, v, kc, vc, slots)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, num_splits=None: _triton(kc).paged_attention_decode(
-        q, kc, vc, bt, cl, scale, num_splits=num_splits)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: _triton(
+    store = lambda k, v, kc, vc, slots, plan=None, **_: _triton(kc).store_kv(k, v, kc, vc, slots)
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, num_splits=None, **_: _triton(
+        kc).paged_attention_decode(q, kc, vc, bt, cl, scale, num_splits=num_splits)
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, **_: _triton(
         kc).paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, max_query_len=max_query_len)
     return Backend("triton", store, decode, prefill, _store_then_decode(store, decode), _triton_unsupported)
 
 
 def _torch_backend() -> Backend:
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, **_: torch_paged.paged_attention_decode(
-        q, kc, vc, bt, cl, scale, plan=plan)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None: (
+    decode = lambda q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
+        torch_paged.paged_attention_decode(q, kc, vc, bt, cl, scale, plan=plan, k_scale=k_scale,
+                                           v_scale=v_scale))
+    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, k_scale=1.0, v_scale=1.0: (
         torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
-                                            max_query_len=max_query_len))
+                                            max_query_len=max_query_len, k_scale=k_scale, v_scale=v_scale))
     return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
                    uses_plan=True)
 
@@ -187,8 +196,12 @@ def _candidates(backend: str, k_cache, v_cache, q=None) -> list[str]:
         if why is not None:
             raise ValueError(f"backend={backend!r} does not support {why}; use backend='torch'")
         return [backend]
-    order = ["triton", "cpu", "torch"] if k_cache.is_cuda and triton_available() else ["cpu", "torch"]
-    return [n for n in order if BACKEND_TABLE[n].unsupported(k_cache, v_cache, q) is None]
+    return [n for n in _auto_order(k_cache) if BACKEND_TABLE[n].unsupported(k_cache, v_cache, q) is None]
+
+
+def _auto_order(k_cache) -> list[str]:
+    """The backends "auto" tries on this cache's device, best first."""
+    return ["triton", "cpu", "torch"] if k_cache.is_cuda and triton_available() else ["cpu", "torch"]
 
 
 def resolve_backend(backend: str, k_cache, v_cache=None, q=None) -> str:
@@ -254,10 +267,11 @@ class ChosenBackend:
     tensors once, ``checks.check_step``). ``names``: the candidates in order, the one that runs first;
     more than one only under "auto", where the fallback rule holds as for the public entry points."""
 
-    def __init__(self, names: tuple[str, ...], stats: KernelStats):
+    def __init__(self, names: tuple[str, ...], stats: KernelStats, skipped: dict[str, str] | None = None):
         self.names = names
         self.backends = tuple(BACKEND_TABLE[n] for n in names)
         self.stats = stats
+        self.skipped = dict(skipped or {})  # "auto" only: backend -> why it cannot take these caches
         # Plans follow the chosen backend: behind Triton (no plan) a torch fallback gets none and builds
         # its own indices, rather than every step paying for a plan that only a failure would read
         self.uses_plan = self.backends[0].uses_plan
@@ -275,54 +289,87 @@ class ChosenBackend:
             block_tables, context_lens, block_size, max_ctx=max_context_len, query_start_loc=query_start_loc,
             slot_mapping=slot_mapping, max_query_len=max_query_len))
 
-    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, plan: StepPlan):
+    # k_scale, v_scale: the layer's fp8 scales (a float cache ignores them)
+    def store_kv(self, k, v, k_cache, v_cache, slot_mapping, plan: StepPlan, k_scale: float = 1.0,
+                 v_scale: float = 1.0):
         _run_first(self.backends, self.stats, "store_kv", k, v, k_cache, v_cache, slot_mapping,
-                   plan=plan.gather)
+                   plan=plan.gather, k_scale=k_scale, v_scale=v_scale)
 
     def store_and_decode(self, q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens,
-                         scale: float, plan: StepPlan):
+                         scale: float, plan: StepPlan, k_scale: float = 1.0, v_scale: float = 1.0):
         return _run_first(self.backends, self.stats, "store_and_decode", q, k, v, k_cache, v_cache,
-                          slot_mapping, block_tables, context_lens, scale, plan=plan.gather)
+                          slot_mapping, block_tables, context_lens, scale, plan=plan.gather, k_scale=k_scale,
+                          v_scale=v_scale)
 
     def prefill(self, q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
-                plan: StepPlan, max_query_len: int | None = None):
+                plan: StepPlan, max_query_len: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
         return _run_first(self.backends, self.stats, "prefill", q, k_cache, v_cache, block_tables,
-                          context_lens, query_start_loc, scale, plan=plan.gather, max_query_len=max_query_len)
+                          context_lens, query_start_loc, scale, plan=plan.gather, max_query_len=max_query_len,
+                          k_scale=k_scale, v_scale=v_scale)
 
 
 def choose_backend(backend: str, k_cache, v_cache=None, q=None,
                    stats: KernelStats | None = None) -> ChosenBackend:
     """Choose once what runs for ``backend`` ("auto" included) on caches like these (and a q like ``q``:
-    its heads and dtype; its length does not matter). A named backend that cannot take them raises now."""
+    its heads and dtype; its length does not matter). A named backend that cannot take them raises now.
+
+    Under "auto", a backend that would come first but cannot take these caches (the C kernels and an fp8
+    cache, say) is skipped: the choice says why in ``ChosenBackend.skipped`` and logs it once (INFO)."""
     v_cache = k_cache if v_cache is None else v_cache
     names = tuple(_candidates(backend, k_cache, v_cache, q))
-    return ChosenBackend(names, KernelStats() if stats is None else stats)
+    skipped = {} if backend != "auto" else _skipped(k_cache, v_cache, q, names[0])
+    return ChosenBackend(names, KernelStats() if stats is None else stats, skipped)
+
+
+_SKIPS_LOGGED: set[str] = set()
+
+
+def _skipped(k_cache, v_cache, q, chosen: str) -> dict[str, str]:
+    """The backends "auto" prefers to ``chosen`` on this device that cannot take these tensors, with why
+    (each distinct reason logged once per process, so that a notebook says it once, not per engine)."""
+    order = _auto_order(k_cache)
+    skipped = {}
+    for name in order[:order.index(chosen)] if chosen in order else order:
+        why = BACKEND_TABLE[name].unsupported(k_cache, v_cache, q)
+        if why is None:
+            continue
+        skipped[name] = why
+        message = f"backend='auto': {name} cannot take {why}; {chosen!r} runs instead"
+        if message not in _SKIPS_LOGGED:
+            _SKIPS_LOGGED.add(message)
+            logger.info(message)
+    return skipped
 
 
 # -------------------------------------------------------------------------------- the entry points
 def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True,
-             plan=None, stats: KernelStats | None = None) -> None:
+             plan=None, stats: KernelStats | None = None, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
     ``[num_blocks, block_size, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``,
     ``slot = block * block_size + offset``; a negative slot skips that token (padding).
+    An fp8 cache (``torch.float8_e4m3fn``) stores ``k / k_scale`` and ``v / v_scale``
+    (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
     ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
     crash the process (see the module docstring).
     """
+    checks.check_kv_scales(k_scale, v_scale)
     if validate:
         checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
         checks.check_plan(plan, k_cache, slot_mapping=slot_mapping)
     if k.shape[0] == 0:
         _candidates(backend, k_cache, v_cache)  # a bad backend name still raises
         return
-    _run("store_kv", backend, stats, k_cache, v_cache, None, k, v, k_cache, v_cache, slot_mapping, plan=plan)
+    _run("store_kv", backend, stats, k_cache, v_cache, None, k, v, k_cache, v_cache, slot_mapping, plan=plan,
+         k_scale=k_scale, v_scale=v_scale)
 
 
 def paged_attention_decode(
     q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto",
     num_splits: int | None = None,
-    validate: bool = True, plan=None, stats: KernelStats | None = None,
+    validate: bool = True, plan=None, stats: KernelStats | None = None, k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ):
     """One query token per sequence over its paged context -> ``[num_seqs, num_heads, head_dim]``.
 
@@ -330,9 +377,11 @@ def paged_attention_decode(
     context_lens: int ``[num_seqs]`` (includes the query token, already stored with :func:`store_kv`).
     ``num_splits`` (Triton only): split each sequence's context into that many partitions merged by
     log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
+    ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
     ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
     crash the process (see the module docstring).
     """
+    checks.check_kv_scales(k_scale, v_scale)
     if validate:
         checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
         checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens)
@@ -341,13 +390,13 @@ def paged_attention_decode(
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
     return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
-                context_lens,
-                float(scale), plan=plan, num_splits=num_splits)
+                context_lens, float(scale), plan=plan, num_splits=num_splits, k_scale=k_scale,
+                v_scale=v_scale)
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
                      backend: str = "auto", validate: bool = True, plan=None,
-                     stats: KernelStats | None = None):
+                     stats: KernelStats | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
     as ``engine.KVCache`` keeps them). Arguments as those two functions'; q ``[num_seqs, num_heads,
@@ -355,6 +404,7 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
     backend's own implementation is its ``Backend.store_and_decode`` (``torch_paged.torch_store_and_decode``,
     ``cpu_paged.decode``...). ``validate=False``: trusted input only; out-of-range indices are
     undefined behaviour and may crash the process (see the module docstring)."""
+    checks.check_kv_scales(k_scale, v_scale)
     if validate:
         checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
         checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
@@ -364,13 +414,14 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
     return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache,
-                slot_mapping,
-                block_tables, context_lens, float(scale), plan=plan)
+                slot_mapping, block_tables, context_lens, float(scale), plan=plan, k_scale=k_scale,
+                v_scale=v_scale)
 
 
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto",
     validate: bool = True, plan=None, max_query_len: int | None = None, stats: KernelStats | None = None,
+    k_scale: float = 1.0, v_scale: float = 1.0,
 ):
     """Several causal query tokens per sequence over its paged context ->
     ``[num_tokens, num_heads, head_dim]``.
@@ -380,9 +431,11 @@ def paged_attention_prefill(
     last ``query_len`` positions of its ``context_lens[i]`` tokens (chunked prefill and cached
     prefixes: the earlier context is read from the cache). ``max_query_len``: the longest query, when
     the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device.
+    ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
     ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
     crash the process (see the module docstring).
     """
+    checks.check_kv_scales(k_scale, v_scale)
     if validate:
         checks.check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
                              max_query_len)
@@ -392,8 +445,8 @@ def paged_attention_prefill(
         _candidates(backend, k_cache, v_cache)
         return torch.empty_like(q)
     return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
-                context_lens,
-                query_start_loc, float(scale), plan=plan, max_query_len=max_query_len)
+                context_lens, query_start_loc, float(scale), plan=plan, max_query_len=max_query_len,
+                k_scale=k_scale, v_scale=v_scale)
 
 
 def paged_attention(

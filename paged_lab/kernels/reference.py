@@ -11,6 +11,8 @@ Cache layout (per layer): ``k_cache``, ``v_cache``: ``[num_blocks, block_size, n
 ``slot = physical_block * block_size + offset``. Any block size works here (1, 3, 16, ...).
 
 Scores and softmax run in float32 whatever the cache dtype; the result is cast back to ``q.dtype``.
+An fp8 cache (``torch.float8_e4m3fn``) stores ``x / k_scale`` (or ``v_scale``) and is read back as
+``x * scale`` (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
 This file does no argument checking: call it through :mod:`paged_lab.kernels.dispatch`
 (``backend="reference"``), which validates shapes, dtypes and table contents first.
 """
@@ -19,34 +21,37 @@ from __future__ import annotations
 
 import torch
 
+from paged_lab.kernels.quant import dequantize_kv, quantize_kv
 from paged_lab.kv_math import cdiv
 
 
-def store_kv(k, v, k_cache, v_cache, slot_mapping) -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
     """Write token ``i``'s K/V into slot ``slot_mapping[i]`` of the paged pool (in place).
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``.
     A negative slot means "padding token, do not store" (vLLM's convention).
+    An fp8 cache stores ``k / k_scale`` and ``v / v_scale`` (:func:`~paged_lab.kernels.quant.quantize_kv`).
     """
     block_size = k_cache.shape[1]
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
     block, offset = slots // block_size, slots % block_size  # slot -> (physical block, row in block)
-    k_cache[block, offset] = k[keep].to(k_cache.dtype)
-    v_cache[block, offset] = v[keep].to(v_cache.dtype)
+    k_cache[block, offset] = quantize_kv(k[keep], k_cache.dtype, k_scale)
+    v_cache[block, offset] = quantize_kv(v[keep], v_cache.dtype, v_scale)
 
 
-def gather_kv(k_cache, v_cache, block_table, context_len: int):
+def gather_kv(k_cache, v_cache, block_table, context_len: int, k_scale: float = 1.0, v_scale: float = 1.0):
     """Read one sequence's first ``context_len`` tokens of K and V through its block table.
 
-    Returns two contiguous tensors ``[context_len, num_kv_heads, head_dim]``.
+    Returns two contiguous float32 tensors ``[context_len, num_kv_heads, head_dim]`` (an fp8 cache
+    dequantized: ``x * k_scale``, ``x * v_scale``).
     """
     block_size = k_cache.shape[1]
     num_blocks = cdiv(context_len, block_size)  # ceil: the last block may be partly filled
     blocks = block_table[:num_blocks].long()
     # [num_blocks * block_size, kv_heads, d] -> first context_len rows
-    k = k_cache[blocks].flatten(0, 1)[:context_len]
-    v = v_cache[blocks].flatten(0, 1)[:context_len]
+    k = dequantize_kv(k_cache[blocks].flatten(0, 1)[:context_len], k_scale)
+    v = dequantize_kv(v_cache[blocks].flatten(0, 1)[:context_len], v_scale)
     return k, v
 
 
@@ -69,7 +74,8 @@ def attend(q, k, v, scale: float, causal_offset: int | None = None):
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
-def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float):
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
+                           k_scale: float = 1.0, v_scale: float = 1.0):
     """One new query token per sequence attends to its whole paged context.
 
     q: ``[num_seqs, num_heads, head_dim]``; block_tables: ``[num_seqs, max_blocks]``;
@@ -78,12 +84,13 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     """
     out = torch.empty_like(q)
     for i in range(q.shape[0]):
-        k, v = gather_kv(k_cache, v_cache, block_tables[i], int(context_lens[i]))
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], int(context_lens[i]), k_scale, v_scale)
         out[i] = attend(q[i : i + 1], k, v, scale)[0].to(q.dtype)
     return out
 
 
-def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float):
+def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
+                            k_scale: float = 1.0, v_scale: float = 1.0):
     """Several query tokens per sequence, causal, over the paged context (also chunked prefill).
 
     q: ``[num_tokens, num_heads, head_dim]``, all sequences' query tokens concatenated;
@@ -98,6 +105,6 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
         if end == start:
             continue
         ctx = int(context_lens[i])
-        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx)
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx, k_scale, v_scale)
         out[start:end] = attend(q[start:end], k, v, scale, causal_offset=ctx - (end - start)).to(q.dtype)
     return out

@@ -8,6 +8,10 @@ CPU path runs this for every layer of every step, so it must not loop in Python.
 GQA without copying K/V: the ``group`` query heads that share a KV head are laid out as extra
 query rows of that KV head (``[num_seqs, kv_heads, group * num_q, d]``), so SDPA sees plain MHA.
 
+An fp8 cache is quantized where K/V are stored and dequantized where they are gathered, by the two
+functions of :mod:`~paged_lab.kernels.quant` (``k_scale``/``v_scale``: the layer's per-tensor scales;
+a float cache ignores them).
+
 This is torch only. The same attention in C (:mod:`~paged_lab.kernels.cpu_paged`, no gathered copy) is
 the dispatch's ``"cpu"`` backend, which ``"auto"`` picks where it can run.
 """
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from paged_lab.kernels import reference
+from paged_lab.kernels.quant import as_bits, dequantize_kv, is_quantized, quantize_kv
 from paged_lab.kv_math import cdiv
 
 
@@ -188,39 +193,45 @@ def _store_plan_mismatch(plan, slot_mapping) -> str | None:
     return None
 
 
-def store_kv(k, v, k_cache, v_cache, slot_mapping, plan: GatherPlan | None = None) -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, plan: GatherPlan | None = None, k_scale: float = 1.0,
+             v_scale: float = 1.0) -> None:
     """:func:`paged_lab.kernels.reference.store_kv`, as one ``index_copy_`` per cache when ``plan``
     carries the batch's store indices (no per-layer masking and slot -> (block, offset) split)."""
     if plan is None or plan.store_slots is None or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        reference.store_kv(k, v, k_cache, v_cache, slot_mapping)
+        reference.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
         return
     if plan.store_rows is not None:
         k, v = k[plan.store_rows], v[plan.store_rows]
-    # [num_blocks, block_size, kvh, d] viewed as [num_slots, kvh, d]: slot s is row s
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, plan.store_slots, k.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, plan.store_slots, v.to(v_cache.dtype))
+    # [num_blocks, block_size, kvh, d] viewed as [num_slots, kvh, d]: slot s is row s (fp8 as bytes: as_bits)
+    k_rows = as_bits(k_cache).view(-1, *k_cache.shape[2:])
+    v_rows = as_bits(v_cache).view(-1, *v_cache.shape[2:])
+    k_rows.index_copy_(0, plan.store_slots, as_bits(quantize_kv(k, k_cache.dtype, k_scale)))
+    v_rows.index_copy_(0, plan.store_slots, as_bits(quantize_kv(v, v_cache.dtype, v_scale)))
 
 
-def _gather(cache, plan: GatherPlan) -> torch.Tensor:
+def _gather(cache, plan: GatherPlan, scale: float = 1.0) -> torch.Tensor:
     """cache [num_blocks, block_size, kvh, d] -> float32 [S, T, kvh, d]: each sequence's blocks in table
-    order. ``index_select`` over whole blocks (rows of block_size * kvh * d numbers) copies each block
-    with one memcpy; ``cache[table]`` (advanced indexing) measured about 7x slower for the same copy."""
+    order (an fp8 cache dequantized with ``scale``). ``index_select`` over whole blocks (rows of
+    block_size * kvh * d numbers) copies each block with one memcpy; ``cache[table]`` (advanced indexing)
+    measured about 7x slower for the same copy."""
     S, nb = plan.table.shape
     rows = cache.reshape(cache.shape[0], -1).index_select(0, plan.table.flatten())  # [S * nb, bs * kvh * d]
-    return rows.view(S, nb * cache.shape[1], *cache.shape[2:]).float()
+    return dequantize_kv(rows.view(S, nb * cache.shape[1], *cache.shape[2:]), scale)
 
 
-def gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx: int, plan: GatherPlan | None = None):
+def gather_padded(k_cache, v_cache, block_tables, context_lens, max_ctx: int, plan: GatherPlan | None = None,
+                  k_scale: float = 1.0, v_scale: float = 1.0):
     """Gather all sequences' K/V through their tables into ``[num_seqs, kv_heads, T, d]`` (float32).
 
     ``T = ceil(max_ctx / block_size) * block_size``. Slots at or past a sequence's context length are
     zeroed (not just masked later) so NaN or garbage in unused slots can never reach the softmax:
     a masked score is dropped, but ``0 * NaN`` in ``probs @ V`` would still be NaN.
     Also returns ``valid``: bool ``[num_seqs, T]``. ``plan``: the batch's precomputed indices.
+    ``k_scale``/``v_scale``: an fp8 cache's scales (:func:`~paged_lab.kernels.quant.dequantize_kv`).
     """
     if plan is None:
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
-    k, v = _gather(k_cache, plan), _gather(v_cache, plan)  # [S, T, kv_heads, d], fresh copies
+    k, v = _gather(k_cache, plan, k_scale), _gather(v_cache, plan, v_scale)  # [S, T, kv_heads, d], fresh
     k.view(-1, *k.shape[2:]).index_fill_(0, plan.unused, 0.0)
     v.view(-1, *v.shape[2:]).index_fill_(0, plan.unused, 0.0)
     return k.transpose(1, 2), v.transpose(1, 2), plan.valid  # [S, kv_heads, T, d]
@@ -240,14 +251,14 @@ def _attend(q, k, v, mask, scale: float):
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
                            max_context_len=None,
-                           plan: GatherPlan | None = None):
+                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
-    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan)
+    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan, k_scale, v_scale)
     return _decode_attend(q, k, v, plan, scale)
 
 
@@ -262,7 +273,8 @@ def _decode_attend(q, k, v, plan: GatherPlan, scale: float):
     return o.reshape(S, H, d).to(q.dtype)
 
 
-def fused_store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
+def fused_store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float, k_scale: float = 1.0,
+                           v_scale: float = 1.0):
     """:func:`store_kv` then :func:`paged_attention_decode` for one layer whose K and V caches are the two
     halves of ``kv`` ``[2, num_blocks, block_size, kv_heads, d]`` (``KVCache.data[layer]``): one index op
     stores both, one gathers both, one zeroes the unused slots of both. The compiled decode step calls
@@ -273,13 +285,25 @@ def fused_store_and_decode(q, k, v, kv, plan: GatherPlan, scale: float):
                          "slots, and a contiguous kv")
     S, d = q.shape[0], q.shape[2]
     kvh = kv.shape[3]
-    kv.view(2, -1, kvh, d).index_copy_(1, plan.store_slots, torch.stack((k, v)).to(kv.dtype))
+    scales = _kv_scales(kv.dtype, k_scale, v_scale)  # 1.0, or [2, 1, 1, 1]: K's scale, V's scale
+    new = as_bits(quantize_kv(torch.stack((k, v)), kv.dtype, scales))  # [2, S, kvh, d]
+    as_bits(kv).view(2, -1, kvh, d).index_copy_(1, plan.store_slots, new)
     nb = kv.shape[1]
     rows = kv.view(2 * nb, -1).index_select(0, torch.cat((plan.table.flatten(), plan.table.flatten() + nb)))
-    both = rows.view(2, S, -1, kvh, d).float()  # [2, S, T, kvh, d], a fresh copy (see _gather)
+    # [2, S, T, kvh, d], a fresh copy (see _gather); the scales broadcast as [2, 1, 1, 1, 1]
+    both = dequantize_kv(rows.view(2, S, -1, kvh, d),
+                         scales if isinstance(scales, float) else scales[..., None])
     both.view(2, -1, kvh, d).index_fill_(1, plan.unused, 0.0)  # see gather_padded: no NaN can reach SDPA
     both = both.transpose(2, 3)  # [2, S, kvh, T, d]
     return _decode_attend(q, both[0], both[1], plan, scale)
+
+
+def _kv_scales(cache_dtype, k_scale: float, v_scale: float):
+    """K's and V's scales as one tensor ``[2, 1, 1, 1]`` that broadcasts over ``stack((k, v))``, for a
+    quantized cache; 1.0 for a float cache (which ignores them; no tensor made on the fp32 hot path)."""
+    if not is_quantized(cache_dtype):
+        return 1.0
+    return torch.tensor((k_scale, v_scale), dtype=torch.float32).view(2, 1, 1, 1)
 
 
 def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
@@ -296,20 +320,22 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
 
 
 def torch_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
-                           plan: GatherPlan | None = None):
+                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
     """The torch backend's ``store_and_decode`` (the dispatch's public ``store_and_decode`` runs it):
     :func:`fused_store_and_decode` (fewer ops) when the plan can fuse and the caches are one tensor's
     halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
     kv = one_tensor(k_cache, v_cache)
     if plan is not None and plan.can_fuse and kv is not None:
-        return fused_store_and_decode(q, k, v, kv, plan, scale)
-    store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan)
-    return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan)
+        return fused_store_and_decode(q, k, v, kv, plan, scale, k_scale, v_scale)
+    store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan, k_scale=k_scale, v_scale=v_scale)
+    return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan,
+                                  k_scale=k_scale, v_scale=v_scale)
 
 
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
-    plan: GatherPlan | None = None, max_query_len: int | None = None,
+    plan: GatherPlan | None = None, max_query_len: int | None = None, k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ):
     """Batched (chunked) prefill; same contract as
     :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
@@ -323,6 +349,6 @@ def paged_attention_prefill(
     S = plan.table.shape[0]
     qp = q.new_zeros((S, plan.max_q) + tuple(q.shape[1:]), dtype=torch.float32)
     qp[plan.seq_of, plan.row] = q.float()  # [S, max_q, H, d]
-    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan)
+    k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan, k_scale, v_scale)
     out = _attend(qp, k, v, plan.mask, scale)  # [S, max_q, H, d]
     return out[plan.seq_of, plan.row].to(q.dtype)

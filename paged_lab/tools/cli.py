@@ -27,6 +27,7 @@ def _generate(args) -> int:
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_tokens=args.max_tokens, seed=args.seed, stop=args.stop or None)
     llm = LLM(args.model, dtype=args.dtype, block_size=args.block_size, num_kv_blocks=args.num_kv_blocks,
+              kv_cache_dtype=args.kv_cache_dtype,
               enable_prefix_caching=not args.no_prefix_caching)
     prompts = args.prompt
     if args.chat:
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", default="smollm2-135m", help="load_model name, hub id or local dir")
     g.add_argument("--dtype", default="float32")
     g.add_argument("--max-tokens", type=int, default=32)
+    g.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"],
+                   help="the KV pool's dtype: auto (the model's) or fp8 (vLLM's names)")
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--num-kv-blocks", type=int, default=None,
                    help="KV pool size in blocks (default: 512 MiB)")
