@@ -25,6 +25,7 @@ from paged_lab.memory.prefix_cache import block_hashes
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
+from paged_lab.sim.kv_check import KVContentChecker, StaleKVRead
 
 FULL, SWA = KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)
 
@@ -363,6 +364,7 @@ def test_random_caching_runs_keep_the_rules(seed):
                for _ in range(4)]
     pending = [(rng.randint(0, 20), Sequence(i, rng.choice(prompts), max_tokens=rng.randint(1, 12),
                                              ignore_eos=True)) for i in range(rng.randint(4, 9))]
+    kv = KVContentChecker(sched)  # every read of every group finds its own prefix's KV
     step = 0
     while pending or sched.has_unfinished():
         for arrival, seq in [p for p in pending if p[0] <= step]:
@@ -372,6 +374,7 @@ def test_random_caching_runs_keep_the_rules(seed):
             except RequestTooLargeError:
                 pass
         out = sched.schedule()
+        kv.check_step(out)
         for e in out.scheduled:
             n = hm.num_cached_tokens(e.seq.seq_id)
             assert n % bs == 0 and n <= len(e.seq) - 1
@@ -382,3 +385,27 @@ def test_random_caching_runs_keep_the_rules(seed):
         assert step < 2000
     assert hm.num_free_blocks == hm.num_blocks and hm.used_slots == 0
     assert hm.stats.prefix_cache_hits > 0, seed
+
+
+def test_the_kv_check_catches_a_window_hit_missing_its_last_window():
+    """The model-free KV check over a hybrid run: a hit whose window blocks do not hold the window's KV
+    is caught (here: the second twin is handed a hit whose window part is the null block only)."""
+    hm = caching_manager(30)
+    sched = Scheduler(hm, max_num_seqs=4)
+    kv = KVContentChecker(sched)
+    a, b = (Sequence(n, list(range(9)), max_tokens=2, ignore_eos=True) for n in "ab")
+    sched.add_request(a)
+    out = sched.schedule()
+    kv.check_step(out)
+    sched.update(out, [1])
+    real = hm.find_longest_cache_hit
+
+    def hit_without_window(token_ids):
+        hit = real(token_ids)
+        return type(hit)(hit.num_tokens, {**hit.blocks, "swa": [NULL_BLOCK] * len(hit.blocks["swa"])})
+
+    hm.find_longest_cache_hit = hit_without_window
+    sched.add_request(b)
+    out = sched.schedule()
+    with pytest.raises(StaleKVRead, match="'b' attends position 5 .*NULL_BLOCK"):
+        kv.check_step(out)

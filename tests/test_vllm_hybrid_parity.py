@@ -24,6 +24,7 @@ from scriptkit import load_script
 
 from paged_lab.memory.hybrid import NULL_BLOCK, HybridBlockManager, KVCacheGroup
 from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sim.kv_check import KVContentChecker
 
 TRACES = json.loads((Path(__file__).parent / "data" / "vllm_v1_hybrid_traces.json").read_text())
 SCENARIOS = {s["name"]: s for s in TRACES["scenarios"]}
@@ -66,6 +67,7 @@ def replay(scenario: dict) -> int:
                       max_num_batched_tokens=cfg["max_num_batched_tokens"])
     requests = {r["id"]: r for r in scenario["requests"]}
     seqs: dict[str, Sequence] = {}
+    kv = KVContentChecker(sched)  # and every read, each group's through its own table, finds its own KV
     for want in scenario["steps"]:
         step = want["step"]
         for rid in want["arrived"]:
@@ -73,6 +75,7 @@ def replay(scenario: dict) -> int:
             seqs[rid] = Sequence(rid, r["prompt_token_ids"], max_tokens=r["max_tokens"], ignore_eos=True)
             sched.add_request(seqs[rid])
         out = sched.schedule()
+        kv.check_step(out)
         where = f"{scenario['name']} step {step}"
         assert {e.seq.seq_id: e.num_tokens for e in out.scheduled} == want["scheduled"], where
         assert [s.seq_id for s in out.preempted] == want["preempted"], where
@@ -97,7 +100,7 @@ def replay(scenario: dict) -> int:
             assert {sid: b[1] for sid, b in swa.boundaries.items() if len(b) > 1} == {
                 sid: n for sid, n in want["shared_prefix_boundary"].items() if sid in swa.boundaries}, where
         hm.check_invariants()
-    assert not sched.has_unfinished()
+    assert not sched.has_unfinished() and kv.reads > 0
     for rid, seq in seqs.items():
         assert seq.output_token_ids == requests[rid]["output_token_ids"]
     return len(scenario["steps"])
