@@ -151,6 +151,9 @@ class HybridBlockManager:
     many for it (vLLM: ``SlidingWindowSpec.max_admission_blocks_per_request``). None: a step may compute a
     whole prompt, and admission counts a window group's blocks like a full group's.
 
+    ``enable_prefix_caching``: hits as vLLM finds them over layer groups (the module docstring;
+    :meth:`find_longest_cache_hit`), a window group caching only the blocks a later hit can use.
+
     >>> hm = HybridBlockManager(16, 4, [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)])
     >>> hm.allocate("a", list(range(10)))     # a 10-token prompt: 3 blocks in each group
     {'full': [0, 1, 2], 'swa': [3, 4, 5]}
