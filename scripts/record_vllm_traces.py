@@ -18,7 +18,9 @@ library, vllm and torch (vllm's own dependency, for the KV-cache spec's dtype) a
 ``--hybrid`` records other scenarios, whose KVCacheConfig has two groups over one pool: ``["full"]`` with a
 ``FullAttentionSpec`` and ``["swa"]`` with a ``SlidingWindowSpec`` (window ``config["sliding_window"]``);
 each step's ``block_ids`` then holds each group's tables, ``{"full": {rid: ids}, "swa": {rid: ids}}``, with
-vLLM's null block 0 where the window gave a block back (tests/test_vllm_hybrid_parity.py).
+vLLM's null block 0 where the window gave a block back (tests/test_vllm_hybrid_parity.py), and, per step,
+``cached_by_group`` (the blocks cached for each group) and the live requests' ``shared_prefix_boundary``.
+The KVCacheConfig gets the CacheConfig's ``prefix_cache_retention_interval`` (0), as the engine builds it.
 
 ``--model-dir`` names a local Hugging Face model directory that only feeds vLLM's ``ModelConfig``
 (config.json; no weights are read, no tokenizer is started). The default,
@@ -277,7 +279,8 @@ RANDOM_HYBRID_SEED0 = 2000
 
 
 def hybrid_scenarios() -> list[dict]:
-    """Two layer groups (full + a window of W) over one pool, caching off: the window's blocks drop."""
+    """Two layer groups (full + a window of W) over one pool: caching off (the window's blocks drop), then
+    caching on (``hybrid_caching_scenarios`` and seeded ones: which blocks each group caches and hits)."""
     s = [{
         "name": "swa_long_generation",
         "description": "W=8, block 4: a 10-token prompt generating 30 tokens. The full group grows to 10 "
@@ -323,20 +326,120 @@ def hybrid_scenarios() -> list[dict]:
         "requests": [req(f"R{i}", seq(100 * i + 1, 3 + 2 * i), max_tokens=10 - i, arrival_step=i)
                      for i in range(4)],
     }]
-    return s + [random_hybrid_scenario(RANDOM_HYBRID_SEED0 + k) for k in range(NUM_RANDOM_HYBRID)]
+    return (s + [random_hybrid_scenario(RANDOM_HYBRID_SEED0 + k) for k in range(NUM_RANDOM_HYBRID)]
+            + hybrid_caching_scenarios()
+            + [random_hybrid_scenario(RANDOM_HYBRID_CACHING_SEED0 + k, caching=True)
+               for k in range(NUM_RANDOM_HYBRID_CACHING)])
 
 
-def random_hybrid_scenario(seed: int) -> dict:
+NUM_RANDOM_HYBRID_CACHING = 16
+RANDOM_HYBRID_CACHING_SEED0 = 3000
+
+
+def hybrid_caching_scenarios() -> list[dict]:
+    """Two layer groups with prefix caching on (vLLM's default retention interval 0): the window group
+    caches only the blocks a later hit can use, and its hit needs only the last window's blocks."""
+    system = seq(11, 16)  # 4 blocks of 4
+    return [{
+        "name": "swa_cache_shared_system_prompt",
+        "description": "W=8, block 4, caching on: A's prompt is a 16-token system prompt + 3 tokens, so its "
+                       "window group caches only blocks 2 and 3 (the window before token 18 = prompt - 1); "
+                       "B and C, arriving later with the same system prompt, hit 16 tokens in both groups "
+                       "(full: blocks 0-3, window: null, null, 2, 3).",
+        "config": cfg(num_blocks=40, caching=True, sliding_window=8),
+        "requests": [req("A", system + seq(501, 3), max_tokens=6),
+                     req("B", system + seq(601, 5), max_tokens=4, arrival_step=2),
+                     req("C", system + seq(701, 2), max_tokens=3, arrival_step=4)],
+    }, {
+        "name": "swa_cache_junction",
+        "description": "W=8, block 4, caching on: A's 26-token prompt caches window blocks 4 and 5 only; "
+                       "B shares A's first 16 tokens: its full group hits 16 but the window group finds "
+                       "nothing before token 16, so B's hit is 0 and 16 becomes its shared-prefix junction: "
+                       "B caches window blocks 2 and 3, and C, with the same 16 tokens, hits 16.",
+        "config": cfg(num_blocks=48, caching=True, sliding_window=8),
+        "requests": [req("A", system + seq(501, 10), max_tokens=3),
+                     req("B", system + seq(601, 6), max_tokens=3, arrival_step=3),
+                     req("C", system + seq(701, 4), max_tokens=3, arrival_step=6)],
+    }, {
+        "name": "swa_cache_twins_same_step",
+        "description": "W=8, block 4, caching on: identical 14-token twins in one step; the second hits the "
+                       "first's blocks cached as they were scheduled: 12 tokens (full 0-2, window 1-2).",
+        "config": cfg(num_blocks=32, caching=True, sliding_window=8),
+        "requests": [req("A", seq(101, 14), max_tokens=4), req("B", seq(101, 14), max_tokens=4)],
+    }, {
+        "name": "swa_cache_twin_after_finish",
+        "description": "W=8, block 4, caching on: A (18 tokens) finishes and its blocks wait in the free "
+                       "queue, cached; its twin B arrives later and hits 16 tokens, taking window blocks 2-3 "
+                       "and full blocks 0-3 back out of the free queue; the window's uncached blocks were "
+                       "freed to the front and reused first.",
+        "config": cfg(num_blocks=24, caching=True, sliding_window=8),
+        "requests": [req("A", seq(101, 18), max_tokens=3), req("B", seq(101, 18), max_tokens=5,
+                                                               arrival_step=6)],
+    }, {
+        "name": "swa_cache_window_inside_block",
+        "description": "W=6, block 4 (the window starts inside a block): a hit needs cdiv(5, 4) = 2 blocks; "
+                       "a shared 12-token prefix, twins and a later sibling.",
+        "config": cfg(num_blocks=40, caching=True, sliding_window=6),
+        "requests": [req("A", seq(11, 12) + seq(501, 5), max_tokens=5),
+                     req("B", seq(11, 12) + seq(501, 5), max_tokens=3, arrival_step=1),
+                     req("C", seq(11, 12) + seq(601, 2), max_tokens=4, arrival_step=7)],
+    }, {
+        "name": "swa_cache_small_window_block_2",
+        "description": "W=3, block 2: a hit needs cdiv(2, 2) = 1 block; four requests sharing 6 tokens, "
+                       "staggered.",
+        "config": cfg(num_blocks=40, block_size=2, caching=True, sliding_window=3),
+        "requests": [req(f"R{i}", seq(11, 6) + seq(100 * i + 101, 1 + i), max_tokens=6 - i,
+                         arrival_step=2 * i) for i in range(4)],
+    }, {
+        "name": "swa_cache_preemption_rehit",
+        "description": "W=8, block 4, 16 usable blocks, caching on: three requests sharing an 8-token prefix "
+                       "decode until the pool runs dry; the newest is preempted and, readmitted, re-hits the "
+                       "window blocks cached before its own prompt boundary (not its outputs').",
+        "config": cfg(num_blocks=17, caching=True, sliding_window=8),
+        "requests": [req("A", seq(11, 8) + seq(501, 6), max_tokens=14),
+                     req("B", seq(11, 8) + seq(601, 6), max_tokens=12),
+                     req("C", seq(11, 8) + seq(701, 4), max_tokens=10, arrival_step=1)],
+    }, {
+        "name": "swa_cache_chunked_prefill",
+        "description": "W=8, block 4, an 8-token budget, caching on: a 30-token prompt prefilled in chunks "
+                       "caches only its window blocks before token 29; a twin arriving while it decodes hits "
+                       "28 tokens.",
+        "config": cfg(num_blocks=40, max_num_seqs=4, max_num_batched_tokens=8, caching=True,
+                      sliding_window=8),
+        "requests": [req("A", seq(101, 30), max_tokens=6), req("B", seq(101, 30), max_tokens=3,
+                                                               arrival_step=5)],
+    }, {
+        "name": "swa_cache_admission_fits_step_does_not",
+        "description": "W=8, block 4, an 8-token budget, 17 usable blocks: B's 40-token prompt hits A's "
+                       "first 32 tokens, so admission counts the full group's 2 new blocks and the window "
+                       "group's min(10, 5) - 8 < 0, none; it fits, but the step's 8 tokens need 2 window "
+                       "blocks: allocate_slots refuses and B waits (steps 8-13) until A finishes.",
+        "config": cfg(num_blocks=18, max_num_seqs=4, max_num_batched_tokens=8, caching=True,
+                      sliding_window=8),
+        "requests": [req("A", seq(11, 32) + [501], max_tokens=10),
+                     req("B", seq(11, 32) + seq(601, 8), max_tokens=2, arrival_step=8)],
+    }]
+
+
+def random_hybrid_scenario(seed: int, caching: bool = False) -> dict:
     rng = random.Random(seed)
     block_size = rng.choice([2, 4, 4, 8])
     window = rng.choice([3, 4, 6, 8, 12, 16])
     num_blocks = rng.randint(10, 30)
     max_num_seqs = rng.randint(1, 5)
     budget = max(max_num_seqs, rng.choice([4, 8, 16, 64]))
-    c = cfg(num_blocks, block_size, max_num_seqs, budget, False, max_model_len=256, sliding_window=window)
+    c = cfg(num_blocks, block_size, max_num_seqs, budget, caching, max_model_len=256, sliding_window=window)
     requests: list[dict] = []
+    prefixes = [[rng.randrange(1, 1000) for _ in range(rng.randint(block_size, 4 * block_size))]
+                for _ in range(2)] if caching else []  # (caching off draws nothing more: same scenarios)
     for i in range(rng.randint(2, 6)):
-        prompt = [rng.randrange(1, 1000) for _ in range(rng.randint(1, 4 * block_size))]
+        if caching and requests and rng.random() < 0.25:  # a twin of an earlier request
+            twin = rng.choice(requests)
+            requests.append(req(f"R{i}", twin["prompt_token_ids"], twin["max_tokens"],
+                                rng.choice([0, 1, 2, 4, 8, 16])))
+            continue
+        prompt = list(rng.choice(prefixes)) if caching and rng.random() < 0.7 else []
+        prompt += [rng.randrange(1, 1000) for _ in range(rng.randint(1, 4 * block_size))]
         max_tokens = rng.randint(1, 30)
         while not fits_alone(c, len(prompt) + max_tokens) and max_tokens > 1:
             max_tokens -= 1
@@ -346,7 +449,8 @@ def random_hybrid_scenario(seed: int) -> dict:
     return {
         "name": f"random_hybrid_{seed}",
         "description": f"Seeded random hybrid scenario (random.Random({seed})): block {block_size}, window "
-                       f"{window}, staggered arrivals, a small pool.",
+                       f"{window}, staggered arrivals, a small pool"
+                       + (", caching on: two shared prefixes, twins." if caching else "."),
         "config": c,
         "requests": requests,
     }
@@ -435,8 +539,11 @@ class Recorder:
             model_config=model_config, scheduler_config=scheduler_config, cache_config=cache_config
         )
         vllm_config.cache_config.num_gpu_blocks = c["num_blocks"]
+        # As the engine builds it (get_kv_cache_config_from_groups, v1/core/kv_cache_utils.py): the cache
+        # config's prefix_cache_retention_interval (0 by default) decides which window blocks are cached.
         kv_cache_config = self.KVCacheConfig(
-            num_blocks=c["num_blocks"], kv_cache_tensors=[], kv_cache_groups=self.groups(c)
+            num_blocks=c["num_blocks"], kv_cache_tensors=[], kv_cache_groups=self.groups(c),
+            prefix_cache_retention_interval=vllm_config.cache_config.prefix_cache_retention_interval,
         )
         block_size, hash_block_size = self.resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
         cls = vllm_config.scheduler_config.get_scheduler_cls()
@@ -487,6 +594,7 @@ class Recorder:
             "scheduler_class": type(scheduler).__module__ + "." + type(scheduler).__name__,
             "enable_prefix_caching": cc.enable_prefix_caching,
             "prefix_caching_hash_algo": cc.prefix_caching_hash_algo,
+            "prefix_cache_retention_interval": cc.prefix_cache_retention_interval,
             "block_size": block_size,
             "hash_block_size": hash_block_size,
             "num_gpu_blocks": cc.num_gpu_blocks,
@@ -505,6 +613,16 @@ class Recorder:
         ):
             if c[key] != got:
                 raise RuntimeError(f"vLLM changed {key}: asked {c[key]}, in force {got}")
+
+    def cached_by_group(self, pool) -> dict:
+        """{group name: sorted ids of the blocks cached for it}: vLLM keys a cached block by its hash and
+        its group id (make_block_hash_with_group_id, v1/core/kv_cache_utils.py)."""
+        from vllm.v1.core.kv_cache_utils import get_group_id
+        out = {name: [] for name in GROUP_NAMES}
+        for b in pool.blocks:
+            if b.block_hash is not None:
+                out[GROUP_NAMES[get_group_id(b.block_hash)]].append(b.block_id)
+        return out
 
     # -- one scenario ---------------------------------------------------------------------------
 
@@ -605,6 +723,10 @@ class Recorder:
                 "free_queue": free_queue,
                 "free_queue_after_update": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
                 "cached_blocks": sorted(b.block_id for b in pool.blocks if b.block_hash is not None),
+                **({"cached_by_group": self.cached_by_group(pool)} if "sliding_window" in c else {}),
+                **({"shared_prefix_boundary": {rid: objs[rid].shared_prefix_boundary for rid in alive
+                                               if objs[rid].shared_prefix_boundary}}
+                   if "sliding_window" in c and c["enable_prefix_caching"] else {}),
                 "running": [o.request_id for o in scheduler.running],
                 "waiting": [o.request_id for o in scheduler.waiting],
                 "prefix_cache": dict(stats),
@@ -642,6 +764,7 @@ SHARED_KEYS = (
     "async_scheduling", "policy", "watermark", "scheduler_class", "prefix_caching_hash_algo",
     "gpu_memory_utilization", "num_lookahead_tokens", "use_v2_model_runner",
 )
+HYBRID_SHARED_KEYS = ("prefix_cache_retention_interval",)  # which window blocks a hybrid run caches
 PER_SCENARIO_KEYS = (
     "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
     "max_model_len",
@@ -657,7 +780,7 @@ def record(model_dir: Path, verbose: bool = True, hybrid: bool = False) -> dict:
     for k, sc in enumerate(scenarios, 1):
         t0 = time.monotonic()
         trace, in_force = rec.run(sc)
-        here = {key: in_force[key] for key in SHARED_KEYS}
+        here = {key: in_force[key] for key in SHARED_KEYS + (HYBRID_SHARED_KEYS if hybrid else ())}
         if shared is None:
             shared = here
         elif here != shared:

@@ -19,10 +19,13 @@ from paged_lab.memory.hybrid import (
     KVCacheGroup,
     blocks_held_over_time,
     kv_cache_groups,
+    window_prefix_hit,
 )
+from paged_lab.memory.prefix_cache import block_hashes
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
+from paged_lab.sim.kv_check import KVContentChecker, StaleKVRead
 
 FULL, SWA = KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)
 
@@ -114,8 +117,6 @@ def test_bad_arguments_name_what_is_wrong():
         HybridBlockManager(8, 2, [KVCacheGroup("full", 2), SWA])
     with pytest.raises(InvalidBlockConfig, match="names must differ"):
         HybridBlockManager(8, 2, [FULL, KVCacheGroup("full", 1, 4)])
-    with pytest.raises(InvalidBlockConfig, match="enable_prefix_caching"):
-        HybridBlockManager(8, 2, [FULL, SWA], enable_prefix_caching=True)
     with pytest.raises(InvalidBlockConfig, match="at least one"):
         HybridBlockManager(8, 2, [])
     with pytest.raises(InvalidBlockConfig, match="sliding_window"):
@@ -130,6 +131,9 @@ def test_bad_arguments_name_what_is_wrong():
         hm.fork("a", "b")
     with pytest.raises(InvalidArgument, match="num_computed_tokens"):
         hm.remove_skipped_blocks("a", -1)
+    with pytest.raises(InvalidArgument, match="num_prompt_tokens"):  # more than the tokens given
+        hm.allocate("b", [1, 2, 3], num_prompt_tokens=4)
+    assert "b" not in hm and hm.num_free_blocks == 4
     with pytest.raises(InvalidArgument, match="num_blocks"):
         hm.managers["swa"].free_blocks_before("a", 3)  # the table has 2 entries
     with pytest.raises(InvalidBlockConfig, match="pool"):
@@ -263,3 +267,145 @@ def test_the_manager_holds_what_kv_math_counts(block_size, window):
         hm.remove_skipped_blocks("r", n)
         assert hm.blocks_held("r") == {"full": cdiv(n, block_size),
                                        "swa": window_blocks_held(n, block_size, window)}, n
+
+
+# -- prefix caching (block size 2, window 4: a hit needs the cdiv(4 - 1, 2) = 2 blocks before it) ----------
+
+def test_window_prefix_hit_by_hand():
+    assert window_prefix_hit([False, False, True, True, False, True], 2) == (2, 4)  # block 5 alone is short
+    assert window_prefix_hit([True, True, True], 2) == (1, 3)  # the rightmost run wins; block 0 not needed
+    assert window_prefix_hit([True, False, True, False], 2) == (0, 1)  # no run of 2: block 0 from the start
+    assert window_prefix_hit([False, True], 2) == (0, 0) and window_prefix_hit([], 2) == (0, 0)
+    assert SWA.blocks_for_hit(2) == 2 and KVCacheGroup("w", 1, 6).blocks_for_hit(4) == 2
+    assert FULL.blocks_for_hit(2) is None
+
+
+def caching_manager(num_blocks: int) -> HybridBlockManager:
+    return HybridBlockManager(num_blocks, 2, [FULL, SWA], enable_prefix_caching=True)
+
+
+def test_a_window_hit_needs_only_the_last_window():
+    hm = caching_manager(20)
+    assert hm.allocate("a", list(range(9))) == {"full": [0, 1, 2, 3, 4], "swa": [5, 6, 7, 8, 9]}
+    # Full attention caches its 4 full blocks; the window group only blocks #2 and #3 (ids 7, 8): the window
+    # before token 8 = 9 - 1, where a resend of this prompt stops. Blocks 5 and 6 get no hash.
+    assert sorted(hm.pool.block_hash) == [0, 1, 2, 3, 7, 8]
+    hit = hm.find_longest_cache_hit(list(range(9)))
+    assert hit.num_tokens == 8 and hit.shared_prefix_boundary == 0
+    assert hit.blocks == {"full": [0, 1, 2, 3], "swa": [NULL_BLOCK, NULL_BLOCK, 7, 8]}
+    # The same answer from the pure function over the window group's cached state:
+    found = [h in hm.pool.cached for h in block_hashes(list(range(9)), 2, "swa")[:4]]
+    assert found == [False, False, True, True] and window_prefix_hit(found, 2) == (2, 4)
+    assert hm.allocate("b", list(range(9))) == {"full": [0, 1, 2, 3, 10],
+                                                "swa": [NULL_BLOCK, NULL_BLOCK, 7, 8, 11]}
+    assert hm.num_cached_tokens("b") == 8 and hm.stats.prefix_cache_hits == 8
+    assert hm.stats.prefix_cache_queries == 18
+    hm.free("a")  # group by group, tail first: full's 4 (no hash), then the window's 9, 6, 5 (no hash): front
+    assert list(hm.pool.free_queue)[:4] == [9, 6, 5, 4]
+    hm.check_invariants()
+
+
+def test_a_shared_prefix_the_window_missed_is_cached_next_time():
+    hm = caching_manager(30)
+    shared = list(range(100, 108))  # 4 blocks
+    hm.allocate("a", shared + [1, 2, 3, 4])  # 12 tokens: the window group caches #3, #4 (before token 10)
+    assert sorted(hm.pool.block_hash) == [0, 1, 2, 3, 4, 5, 9, 10]
+    # b shares 8 tokens: full attention hits 4 blocks, but the window group finds #3 without #2 -> no hit.
+    # So 8 becomes b's shared-prefix junction: its window group caches the 2 blocks before token 8 too.
+    hit = hm.find_longest_cache_hit(shared + [5, 6, 7])
+    assert (hit.num_tokens, hit.shared_prefix_boundary) == (0, 8)
+    hm.allocate("b", shared + [5, 6, 7])
+    assert hm.managers["swa"].boundaries["b"] == (10, 8)
+    assert hm.block_tables("b")["swa"] == [18, 19, 20, 21, 22, 23]
+    assert {20, 21, 22} <= set(hm.pool.block_hash) and 18 not in hm.pool.block_hash
+    # c, with the same 8 tokens, now hits them: the window's block #2 is b's, #3 a's (registered first).
+    hit = hm.find_longest_cache_hit(shared + [9])
+    assert hit.num_tokens == 8 and hit.blocks["swa"] == [NULL_BLOCK, NULL_BLOCK, 20, 9]
+    hm.check_invariants()
+
+
+def test_a_recomputed_request_caches_the_window_before_its_prompt_end():
+    """After a preemption the Scheduler re-allocates prompt + outputs; the window group still caches the
+    window before the *prompt's* end (vLLM's replay boundary num_prompt_tokens - 1), not the outputs'."""
+    hm = caching_manager(30)
+    hm.allocate("r", list(range(13)), num_prompt_tokens=9)  # 9 prompt + 4 outputs
+    assert hm.managers["swa"].boundaries["r"] == (8,)
+    swa = hm.block_tables("r")["swa"]
+    assert {b for b in swa if b in hm.pool.block_hash} == {swa[2], swa[3]}  # before token 8, not token 12
+
+
+def test_caching_argument_checks_change_nothing():
+    hm = caching_manager(14)
+    hm.allocate("a", list(range(9)))  # 5 + 5 blocks: 4 free
+    free, cached = list(hm.pool.free_queue), dict(hm.pool.block_hash)
+    with pytest.raises(OutOfBlocks):  # 20 tokens hit 8: 10 - 4 new blocks in each group, 12 > 4
+        hm.allocate("b", list(range(20)))
+    with pytest.raises(InvalidArgument, match="max_new_tokens"):
+        hm.allocate("b", list(range(9)), max_new_tokens=0)
+    assert "b" not in hm and list(hm.pool.free_queue) == free and hm.pool.block_hash == cached
+    # a twin's ids count its hit (1 + 1 new blocks fit in 4); a bare count cannot (5 + 5)
+    assert hm.can_allocate(list(range(9))) and not hm.can_allocate(9)
+    hm.check_invariants()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_caching_runs_keep_the_rules(seed):
+    """Three groups (full, W=5, W=9: two window kinds, so the hit search iterates to agreement), shared
+    prefixes and twins, a small pool: the invariants hold after every step, hits happen, and every hit
+    is block-aligned, no longer than the prompt minus one and agreed by every group."""
+    rng = random.Random(seed)
+    bs, budget = rng.choice([2, 4]), rng.choice([4, 8, 16])
+    groups = [FULL, KVCacheGroup("w5", 1, 5), KVCacheGroup("w9", 1, 9)]
+    hm = HybridBlockManager(rng.randint(40, 70), bs, groups, enable_prefix_caching=True,
+                            max_num_batched_tokens=budget)
+    sched = Scheduler(hm, max_num_seqs=rng.randint(1, 4), max_num_batched_tokens=budget)
+    prefixes = [[rng.randrange(1, 500) for _ in range(rng.randint(bs, 12))] for _ in range(2)]
+    prompts = [rng.choice(prefixes) + [rng.randrange(1, 500) for _ in range(rng.randint(1, 8))]
+               for _ in range(4)]
+    pending = [(rng.randint(0, 20), Sequence(i, rng.choice(prompts), max_tokens=rng.randint(1, 12),
+                                             ignore_eos=True)) for i in range(rng.randint(4, 9))]
+    kv = KVContentChecker(sched)  # every read of every group finds its own prefix's KV
+    step = 0
+    while pending or sched.has_unfinished():
+        for arrival, seq in [p for p in pending if p[0] <= step]:
+            pending.remove((arrival, seq))
+            try:
+                sched.add_request(seq)
+            except RequestTooLargeError:
+                pass
+        out = sched.schedule()
+        kv.check_step(out)
+        for e in out.scheduled:
+            n = hm.num_cached_tokens(e.seq.seq_id)
+            assert n % bs == 0 and n <= len(e.seq) - 1
+            assert {len(t) >= n // bs for t in hm.block_tables(e.seq.seq_id).values()} == {True}
+        hm.check_invariants()
+        sched.update(out, [1] * len(out.sampling))
+        step += 1
+        assert step < 2000
+    assert hm.num_free_blocks == hm.num_blocks and hm.used_slots == 0
+    assert hm.stats.prefix_cache_hits > 0, seed
+
+
+def test_the_kv_check_catches_a_window_hit_missing_its_last_window():
+    """The model-free KV check over a hybrid run: a hit whose window blocks do not hold the window's KV
+    is caught (here: the second twin is handed a hit whose window part is the null block only)."""
+    hm = caching_manager(30)
+    sched = Scheduler(hm, max_num_seqs=4)
+    kv = KVContentChecker(sched)
+    a, b = (Sequence(n, list(range(9)), max_tokens=2, ignore_eos=True) for n in "ab")
+    sched.add_request(a)
+    out = sched.schedule()
+    kv.check_step(out)
+    sched.update(out, [1])
+    real = hm.find_longest_cache_hit
+
+    def hit_without_window(token_ids):
+        hit = real(token_ids)
+        return type(hit)(hit.num_tokens, {**hit.blocks, "swa": [NULL_BLOCK] * len(hit.blocks["swa"])})
+
+    hm.find_longest_cache_hit = hit_without_window
+    sched.add_request(b)
+    out = sched.schedule()
+    with pytest.raises(StaleKVRead, match="'b' attends position 5 .*NULL_BLOCK"):
+        kv.check_step(out)

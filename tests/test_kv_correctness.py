@@ -140,7 +140,8 @@ def test_twins_admitted_together_read_what_the_first_one_stores():
 class _CachesWholePromptAtAdmission(BlockManager):
     """The old rule: every full prompt block joined the prefix cache at admission, computed or not."""
 
-    def allocate(self, seq_id, token_ids, extra_key=None, num_tokens_to_cache=None, max_new_tokens=None):
+    def allocate(self, seq_id, token_ids, extra_key=None, num_tokens_to_cache=None, max_new_tokens=None,
+                 num_prompt_tokens=None):
         return super().allocate(seq_id, token_ids, extra_key, max_new_tokens=max_new_tokens)
 
 

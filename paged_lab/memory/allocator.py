@@ -39,9 +39,11 @@ class KVCacheAllocator(Protocol):
         """Would ``allocate`` succeed for a prompt of ``tokens`` (a count, or the token ids)?"""
 
     def allocate(self, seq_id: Hashable, token_ids: Sequence[int], *, num_tokens_to_cache: int | None = None,
-                 max_new_tokens: int | None = None) -> list[int]:
+                 max_new_tokens: int | None = None, num_prompt_tokens: int | None = None) -> list[int]:
         """Give a new sequence slots for its prompt (its first ``max_new_tokens`` after any prefix-cache
-        hit, when given). Returns its block table."""
+        hit, when given). ``num_prompt_tokens``: how many of ``token_ids`` are the prompt (a recomputed
+        request brings its outputs too; a sliding-window group caches the window before the prompt's end).
+        Returns its block table."""
 
     # -- every step --------------------------------------------------------------------------
     def append_tokens(self, seq_id: Hashable, token_ids: Sequence[int]) -> CowAction | None:

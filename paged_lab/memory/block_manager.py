@@ -194,7 +194,7 @@ class BlockManager:
 
     def _blocks_to_take(self, num_tokens: int, hits: list[int]) -> int:
         """Free blocks an allocation takes: the new blocks, plus cache hits revived from the free queue."""
-        revived = [b for b in hits if self.pool.refcounts[b] == 0]
+        revived = [b for b in hits if b != NULL_BLOCK and self.pool.refcounts[b] == 0]
         return self.blocks_for(num_tokens) - len(hits) + len(revived)
 
     def num_blocks_needed(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> int:
@@ -241,7 +241,8 @@ class BlockManager:
         return b
 
     def allocate(self, seq_id, token_ids: Sequence[int], extra_key: Hashable | None = None,
-                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None) -> list[int]:
+                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None,
+                 num_prompt_tokens: int | None = None) -> list[int]:
         """Give a new sequence its block table for the prompt ``token_ids`` and return it. With prefix
         caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes.
 
@@ -254,7 +255,11 @@ class BlockManager:
         (the caller computes the whole prompt now). A scheduler that prefills in chunks passes 0 and
         calls :meth:`cache_blocks` as each chunk is scheduled: a block whose KV was never computed must
         not be found by another request (vLLM V1 caches blocks the same way, ``cache_blocks`` in
-        ``vllm/v1/core/kv_cache_manager.py``)."""
+        ``vllm/v1/core/kv_cache_manager.py``).
+
+        ``num_prompt_tokens``: how many of ``token_ids`` are the request's prompt (a recomputed request
+        brings its outputs too). Full attention caches every full block, so it does not need it; a
+        sliding-window group caches the window before the prompt's end (``memory/sliding_window.py``)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
@@ -274,15 +279,33 @@ class BlockManager:
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens)")
-        already_held = sum(self.pool.refcounts[b] > 0 for b in hits)  # hits another table holds now
-        s = self._seqs[seq_id] = SequenceBlocks([], token_ids, hashes, extra_key, num_hit, len(hits))
+        self.adopt_hits(seq_id, token_ids, hashes, hits, extra_key, num_queried)
+        self.take_new_blocks(seq_id)
+        self._cache_full_blocks(self._seqs[seq_id], seq_id, min(to_cache, n))
+        return self.block_table(seq_id)
+
+    # The two halves of ``allocate`` (checked by the caller): a HybridBlockManager touches every layer
+    # group's hits before any group takes a new block, so no group's new block evicts another's hit
+    # (vLLM: ``allocate_new_computed_blocks``, then ``allocate_new_blocks``, kv_cache_coordinator.py).
+    def adopt_hits(self, seq_id, token_ids: list[int], hashes: list[bytes], hits: list[int],
+                   extra_key: Hashable | None, num_queried: int) -> None:
+        """A new sequence whose table starts with ``hits``: cached blocks, after NULL_BLOCK entries where a
+        sliding window's hit skips blocks its next token never reads. ``token_ids``: the tokens that get
+        slots now; ``num_queried``: the tokens looked up (the stats count them)."""
+        skipped = next((i for i, b in enumerate(hits) if b != NULL_BLOCK), len(hits))
+        already_held = sum(self.pool.refcounts[b] > 0 for b in hits[skipped:])  # hits another table holds
+        s = self._seqs[seq_id] = SequenceBlocks([], token_ids, hashes, extra_key, len(hits) * self.block_size,
+                                                len(hits), num_skipped_blocks=skipped)
         self._reuse_cached_blocks(s, seq_id, hits, num_queried)
-        for _ in range(self.blocks_for(n) - len(hits)):  # the new blocks: full, except maybe the last
+        self._used_slots -= (skipped + already_held) * self.block_size  # (take_new_blocks adds every token)
+
+    def take_new_blocks(self, seq_id) -> None:
+        """Give a just-adopted sequence new blocks for its tokens past its hits (full, but maybe the last)."""
+        s = self._seq(seq_id)
+        for _ in range(self.blocks_for(len(s.token_ids)) - len(s.table)):
             s.table.append(self._take_block(seq_id))
-        self._used_slots += n - already_held * self.block_size
-        self._emit("allocate", seq_id, s.table, n)
-        self._cache_full_blocks(s, seq_id, min(to_cache, n))
-        return list(s.table)
+        self._used_slots += len(s.token_ids)
+        self._emit("allocate", seq_id, s.table, len(s.token_ids))
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Offer to the prefix cache the full blocks among ``seq_id``'s first ``num_tokens`` tokens. Call it
@@ -301,11 +324,19 @@ class BlockManager:
         upto = min(num_tokens // self.block_size, len(s.hashes))
         if upto <= s.num_cached_blocks:
             return
-        new_full = zip(s.table[s.num_cached_blocks:upto], s.hashes[s.num_cached_blocks:upto])
-        newly_cached = [b for b, h in new_full if self.pool.cache(b, h)]
+        first = s.num_cached_blocks
+        keep = self._reachable_blocks(seq_id, first, upto)  # None: every full block
+        new_full = zip(s.table[first:upto], s.hashes[first:upto], keep or [True] * (upto - first))
+        # (a NULL_BLOCK entry is a window's skipped block: nothing to cache)
+        newly_cached = [b for b, h, k in new_full if k and b != NULL_BLOCK and self.pool.cache(b, h)]
         s.num_cached_blocks = upto
         if newly_cached:  # these blocks can be reused from now on
             self._emit("cache", seq_id, newly_cached)
+
+    def _reachable_blocks(self, seq_id, first: int, end: int) -> list[bool] | None:
+        """Which of blocks ``[first, end)`` a later prefix hit could use, so are worth caching: all of
+        them for full attention (None). A sliding-window group keeps fewer (``memory/sliding_window.py``)."""
+        return None
 
     def _reuse_cached_blocks(self, s: SequenceBlocks, seq_id, hits: list[int], num_queried: int) -> None:
         """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
@@ -314,7 +345,8 @@ class BlockManager:
             self.stats.prefix_cache_queries += num_queried
             self.stats.prefix_cache_hits += s.num_cached_tokens
         for b in hits:  # (a hit waiting in the free queue leaves it: a finished sequence's cached block)
-            self.pool.touch(b)
+            if b != NULL_BLOCK:
+                self.pool.touch(b)
             s.table.append(b)
         if hits:
             self._emit("hit", seq_id, hits, s.num_cached_tokens)

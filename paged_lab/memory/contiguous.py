@@ -191,11 +191,12 @@ class ContiguousAllocator:
         return n <= size and self.first_fit(size) is not None
 
     def allocate(self, seq_id, token_ids: Sequence[int], reserve: int | None = None,
-                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None) -> list[int]:
+                 num_tokens_to_cache: int | None = None, max_new_tokens: int | None = None,
+                 num_prompt_tokens: int | None = None) -> list[int]:
         """Reserve ``reserve`` slots (default ``max_seq_len``) in a row, first fit, and write the
         prompt into them (its first ``max_new_tokens`` only, when given: the rest follow through
-        :meth:`append_tokens`). All or nothing: on any error nothing changes. (``num_tokens_to_cache``:
-        as the BlockManager's; there is no prefix cache here.)"""
+        :meth:`append_tokens`). All or nothing: on any error nothing changes. (``num_tokens_to_cache``,
+        ``num_prompt_tokens``: as the BlockManager's; there is no prefix cache here.)"""
         if seq_id in self._start:
             raise DuplicateSequence(seq_id)
         size = self._reserve_size(reserve, f"allocate(seq_id={seq_id!r})")

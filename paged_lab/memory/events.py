@@ -146,9 +146,10 @@ class _Replayer:
         self.state.last = ev
         getattr(self, "_" + ev.kind)(ev.seq_id, ev.block_ids, ev)
 
-    def _allocate(self, sid, ids, ev) -> None:  # a new table: fresh or cached blocks
+    def _allocate(self, sid, ids, ev) -> None:  # a new table: fresh or cached blocks (a window's hit: nulls)
         for b in ids:
-            self.take(b)
+            if b != NULL_BLOCK:
+                self.take(b)
         self.state.tables[sid] = list(ids)
         self.state.num_tokens[sid] = ev.num_tokens
 

@@ -19,9 +19,26 @@ Each group's tables are kept by a real :class:`~paged_lab.memory.BlockManager` o
 copy-on-write-free appends, all-or-nothing checks and the event log (one per group) are the ones the
 rest of the series uses. The Scheduler drives this class through the same ``KVCacheAllocator`` calls.
 
-Not supported yet, each raising a clear error: prefix caching (a hit needs only the last window's blocks
-in a window group: vLLM's ``SlidingWindowManager.find_longest_cache_hit``), ``fork`` (parallel sampling by
-sharing blocks), swap preemption (``block_table``: there is no single table to copy).
+Prefix caching (``enable_prefix_caching=True``) makes vLLM 0.32.0's decisions
+(``HybridKVCacheCoordinator`` in ``vllm/v1/core/kv_cache_coordinator.py``, ``SlidingWindowManager`` in
+``vllm/v1/core/single_type_kv_cache_manager.py``):
+
+* **A window group's hit needs only the last window.** A hit of ``h`` tokens means the next token to compute
+  is token ``h``; in a window group it reads tokens ``h - W + 1 .. h - 1`` only, so only the
+  ``cdiv(W - 1, block_size)`` blocks just before ``h`` must be in the cache; the earlier ones may be long
+  gone (NULL_BLOCK in the hit). :func:`window_prefix_hit` finds it, searching from the right.
+* **The groups agree on one length.** Full attention finds its longest prefix first; the window group then
+  searches at most that far, and the full group's hit is cut to the window's (``find_longest_cache_hit``).
+* **A window group caches only blocks a later hit can use** (vLLM's default
+  ``prefix_cache_retention_interval = 0``, ``config/cache.py``): the window before ``num_prompt_tokens - 1``
+  (where a resend of the same prompt stops, ``replay_boundaries``) and the window before a shared prefix
+  whose full-attention blocks hit but whose window blocks did not (``shared_prefix_boundary``). Its other
+  full blocks get no hash, so when freed they go to the *front* of the free queue.
+* vLLM keys a cached block by its hash *and its group* (``make_block_hash_with_group_id``); here each group's
+  hash chain is salted with the group's name, so one group's lookup never finds another group's block.
+
+Not supported yet, each raising a clear error: ``fork`` (parallel sampling by sharing blocks), swap
+preemption (``block_table``: there is no single table to copy).
 """
 
 from __future__ import annotations
@@ -30,7 +47,7 @@ import sys
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from paged_lab._checks import check_int
+from paged_lab._checks import check_int, check_token_ids
 from paged_lab.kv_math import cdiv
 from paged_lab.memory.block_manager import BlockManager, CowAction
 from paged_lab.memory.block_pool import NULL_BLOCK, BlockPool
@@ -39,12 +56,16 @@ from paged_lab.memory.errors import (
     DuplicateSequence,
     InvalidArgument,
     InvalidBlockConfig,
+    InvalidTokenId,
     OutOfBlocks,
 )
-from paged_lab.memory.events import Event
+from paged_lab.memory.events import BlockManagerStats, Event
 from paged_lab.memory.invariants import check_invariants
+from paged_lab.memory.prefix_cache import block_hashes
+from paged_lab.memory.sliding_window import SlidingWindowBlockManager, window_prefix_hit
 
-__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "blocks_held_over_time"]
+__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "CacheHit",
+           "window_prefix_hit", "blocks_held_over_time"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,24 @@ class KVCacheGroup:
         if self.sliding_window is None:
             return 0
         return max(0, num_computed_tokens - self.sliding_window + 1)
+
+    def blocks_for_hit(self, block_size: int) -> int:
+        """Cached blocks in a row that a prefix hit needs in this group (vLLM's
+        ``_contiguous_blocks_for_hit``): for a window of W, the blocks holding the W - 1 tokens before the
+        hit point, cdiv(W - 1, block_size); full attention needs every block (None)."""
+        return None if self.sliding_window is None else cdiv(self.sliding_window - 1, block_size)
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    """What a prefix-cache lookup found for a prompt: ``num_tokens`` tokens every group can skip, each
+    group's hit blocks (a window group's skipped ones NULL_BLOCK) and ``shared_prefix_boundary``: how far
+    full attention alone would have hit when the window group stopped shorter (0 when they agree), so the
+    window group caches the window before it this time (vLLM: ``get_computed_blocks``)."""
+
+    num_tokens: int
+    blocks: dict[str, list[int]]
+    shared_prefix_boundary: int = 0
 
 
 def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = None) -> list[KVCacheGroup]:
@@ -112,6 +151,9 @@ class HybridBlockManager:
     many for it (vLLM: ``SlidingWindowSpec.max_admission_blocks_per_request``). None: a step may compute a
     whole prompt, and admission counts a window group's blocks like a full group's.
 
+    ``enable_prefix_caching``: hits as vLLM finds them over layer groups (the module docstring;
+    :meth:`find_longest_cache_hit`), a window group caching only the blocks a later hit can use.
+
     >>> hm = HybridBlockManager(16, 4, [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)])
     >>> hm.allocate("a", list(range(10)))     # a 10-token prompt: 3 blocks in each group
     {'full': [0, 1, 2], 'swa': [3, 4, 5]}
@@ -133,17 +175,21 @@ class HybridBlockManager:
         if len({g.num_layers for g in groups}) != 1:  # one pool block = one page of every layer of a group
             raise InvalidBlockConfig(f"groups: every group needs the same num_layers (vLLM pads them to one "
                                      f"size: kv_cache_groups()), got {[g.num_layers for g in groups]}")
-        if enable_prefix_caching:
-            raise InvalidBlockConfig("enable_prefix_caching: not supported by HybridBlockManager yet "
-                                     "(a window group's hit needs only the last window's blocks); use False")
         self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
             "max_num_batched_tokens", max_num_batched_tokens, minimum=1, error=InvalidBlockConfig)
         self.pool = BlockPool(num_blocks, block_size, reuse)
         self.num_blocks, self.block_size = self.pool.num_blocks, self.pool.block_size
-        self.enable_prefix_caching = False
+        self.enable_prefix_caching = bool(enable_prefix_caching)
         self.groups = groups
-        self.managers = {g.name: BlockManager(num_blocks, block_size, record_events=record_events,
-                                              reuse=reuse, pool=self.pool) for g in groups}
+        kw = dict(enable_prefix_caching=self.enable_prefix_caching, record_events=record_events, reuse=reuse,
+                  pool=self.pool)
+        self.managers = {g.name: BlockManager(num_blocks, block_size, **kw) if g.sliding_window is None
+                         else SlidingWindowBlockManager(num_blocks, block_size, g.blocks_for_hit(block_size),
+                                                       **kw) for g in groups}
+        # Groups of one kind looked up together, full attention first (vLLM's attention_groups, sorted so:
+        # its left-to-right search bounds the others').
+        kinds = sorted({g.sliding_window or 0 for g in groups})
+        self.spec_groups = [tuple(g for g in groups if (g.sliding_window or 0) == w) for w in kinds]
         self._clock = 0
         self.max_slots_per_seq = self._max_slots()
 
@@ -220,6 +266,15 @@ class HybridBlockManager:
     def num_cached_tokens(self, seq_id) -> int:
         return self._first.num_cached_tokens(seq_id)
 
+    @property
+    def stats(self) -> BlockManagerStats:
+        """Prefix-cache queries and hits (in tokens; every group counts the one agreed hit), copies and
+        evictions summed over the groups."""
+        first = self._first.stats
+        return BlockManagerStats(first.prefix_cache_queries, first.prefix_cache_hits,
+                                 sum(m.stats.num_cow for m in self.managers.values()),
+                                 sum(m.stats.num_evictions for m in self.managers.values()))
+
     def block_tables(self, seq_id) -> dict[str, list[int]]:
         """Each group's block table (NULL_BLOCK where a window group gave a block back)."""
         return {name: m.block_table(seq_id) for name, m in self.managers.items()}
@@ -238,31 +293,127 @@ class HybridBlockManager:
         """Each group's event log (its own BlockManager's; the ``skip`` events are the window's frees)."""
         return {name: m.events for name, m in self.managers.items()}
 
+    # -- prefix caching ----------------------------------------------------------------------------
+    def find_longest_cache_hit(self, token_ids: Sequence[int]) -> CacheHit:
+        """The longest prefix of ``token_ids`` every group finds in the cache, as vLLM's
+        ``HybridKVCacheCoordinator.find_longest_cache_hit``: each kind of group in turn, full attention
+        first, searches no further than the length so far and may shorten it; repeat until no kind
+        shortens it (one pass when there are just two kinds, full first). The last token is always computed
+        (its logits), so at most ``len(token_ids) - 1`` tokens hit. Changes nothing. A window group's real
+        blocks in ``CacheHit.blocks`` are the ones its hit had to find.
+
+        >>> groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)]
+        >>> hm = HybridBlockManager(20, 2, groups, enable_prefix_caching=True)
+        >>> hm.allocate("a", list(range(9)))
+        {'full': [0, 1, 2, 3, 4], 'swa': [5, 6, 7, 8, 9]}
+        >>> hm.find_longest_cache_hit(list(range(9)))  # a twin: the window part needs its last 2 blocks only
+        CacheHit(num_tokens=8, blocks={'full': [0, 1, 2, 3], 'swa': [-1, -1, 7, 8]}, shared_prefix_boundary=0)
+        """
+        token_ids = check_token_ids("token_ids", list(token_ids), error=InvalidTokenId)
+        if not self.enable_prefix_caching or len(token_ids) < 2:
+            return CacheHit(0, {g.name: [] for g in self.groups})
+        bs = self.block_size
+        hashes = {g.name: block_hashes(token_ids, bs, g.name) for g in self.groups}
+        found: dict[int, tuple[int, int]] = {}  # spec group -> (first, end) of its latest hit
+        hit, longest = len(token_ids) - 1, 0
+        while True:
+            length = hit
+            for k, spec in enumerate(self.spec_groups):
+                if spec[0].sliding_window is None and k in found:  # full attention: a prefix of its first hit
+                    length = min(length, found[k][1] * bs)
+                    continue
+                found[k] = self._spec_hit(spec, hashes, length // bs)
+                length = found[k][1] * bs
+                longest = max(longest, length)
+            if length >= hit:
+                break
+            hit = length
+            if len(self.spec_groups) == 2 and self.spec_groups[0][0].sliding_window is None:
+                break  # one full kind and one window kind: one pass agrees (vLLM's is_simple_hybrid)
+        blocks = {}
+        for k, spec in enumerate(self.spec_groups):
+            first, end = found[k]
+            end = min(end, hit // bs)  # full attention is cut back to the agreed length
+            for g in spec:
+                cached = self.pool.cached
+                blocks[g.name] = [NULL_BLOCK] * first + [cached[h] for h in hashes[g.name][first:end]]
+        return CacheHit(hit, blocks, longest if longest > hit else 0)
+
+    def _spec_hit(self, spec: tuple[KVCacheGroup, ...], hashes: dict[str, list[bytes]],
+                  max_blocks: int) -> tuple[int, int]:
+        """(first, end): the hit of one kind of group within its first ``max_blocks`` blocks; a block is
+        found only when every group of the kind has it cached (vLLM's ``BlockPool.get_cached_block``)."""
+        cached = self.pool.cached
+        found = [all(hashes[g.name][i] in cached for g in spec) for i in range(max_blocks)]
+        need = spec[0].blocks_for_hit(self.block_size)
+        if need is None:  # full attention: every block from the start
+            end = found.index(False) if False in found else max_blocks
+            return 0, end
+        return window_prefix_hit(found, need)
+
+    def _blocks_to_allocate(self, group: KVCacheGroup, num_tokens: int, hit: CacheHit,
+                            admission: bool) -> int:
+        """Free blocks a new request of ``num_tokens`` slotted tokens takes in ``group`` after ``hit``
+        (vLLM's ``get_num_blocks_to_allocate``): its new blocks, counted at most to the window's peak at
+        admission, plus hit blocks revived from the free queue. A window group's skipped hit blocks are
+        nulls: they take nothing, and count as blocks it already has."""
+        hits = hit.blocks[group.name]
+        bs = self.block_size
+        required = self.admission_blocks(group, num_tokens) if admission else cdiv(num_tokens, bs)
+        skipped = group.num_skipped_tokens(hit.num_tokens) // bs
+        revived = sum(b != NULL_BLOCK and self.pool.refcounts[b] == 0 for b in hits[skipped:])
+        return max(required - max(skipped, len(hits)), 0) + revived
+
     # -- admission and every step ----------------------------------------------------------------
     def can_allocate(self, tokens: int | Sequence[int]) -> bool:
         """Would a request of ``tokens`` (a count or the ids) fit, counted as vLLM's admission counts it
-        (``allocate_slots(..., full_sequence_must_fit=True)``): every group's blocks, summed."""
-        n = tokens if not isinstance(tokens, Sequence) else len(tokens)
-        n = check_int("tokens", n, minimum=0, error=InvalidArgument)
-        return sum(self.admission_blocks(g, n) for g in self.groups) <= self.num_free_blocks
+        (``allocate_slots(..., full_sequence_must_fit=True)``): every group's blocks, summed, after the
+        prefix-cache hit (pass the ids to count it)."""
+        if isinstance(tokens, Sequence):
+            n, hit = len(tokens), self.find_longest_cache_hit(tokens)
+        else:
+            n = check_int("tokens", tokens, minimum=0, error=InvalidArgument)
+            hit = CacheHit(0, {g.name: [] for g in self.groups})
+        return sum(self._blocks_to_allocate(g, n, hit, admission=True)
+                   for g in self.groups) <= self.num_free_blocks
 
     def allocate(self, seq_id, token_ids: Sequence[int], *, num_tokens_to_cache: int | None = None,
-                 max_new_tokens: int | None = None) -> dict[str, list[int]]:
-        """Give a new sequence a table in every group for its prompt (its first ``max_new_tokens``
-        tokens, when given). All or nothing. Returns ``block_tables(seq_id)``."""
+                 max_new_tokens: int | None = None,
+                 num_prompt_tokens: int | None = None) -> dict[str, list[int]]:
+        """Give a new sequence a table in every group: its prefix-cache hit, then slots for its prompt (the
+        first ``max_new_tokens`` tokens after the hit, when given). All or nothing. ``num_tokens_to_cache``
+        as ``BlockManager.allocate``; ``num_prompt_tokens``: how many of ``token_ids`` are the prompt
+        (default all; a recomputed request brings its outputs too). Returns ``block_tables(seq_id)``."""
         if seq_id in self:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
-        n = len(token_ids) if max_new_tokens is None else min(len(token_ids), check_int(
+        if not token_ids:
+            raise InvalidArgument(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
+        hit = self.find_longest_cache_hit(token_ids)  # (checks the token ids)
+        n = len(token_ids) if max_new_tokens is None else min(len(token_ids), hit.num_tokens + check_int(
             "max_new_tokens", max_new_tokens, minimum=1, error=InvalidArgument))
-        needed = len(self.groups) * cdiv(n, self.block_size)  # (no group has hits: caching is off)
+        limit = dict(maximum=len(token_ids), error=InvalidArgument)
+        to_cache = n if num_tokens_to_cache is None else min(n, check_int(
+            "num_tokens_to_cache", num_tokens_to_cache, minimum=0, **limit))
+        prompt = len(token_ids) if num_prompt_tokens is None else check_int(
+            "num_prompt_tokens", num_prompt_tokens, minimum=1, **limit)
+        needed = sum(self._blocks_to_allocate(g, n, hit, admission=False) for g in self.groups)
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"allocate(seq_id={seq_id!r}, {n} tokens, "
                               f"{len(self.groups)} layer groups)")
-        # The first group checks the token ids before it changes anything; then the others cannot fail.
-        for m in self.managers.values():
-            m.allocate(seq_id, token_ids, num_tokens_to_cache=num_tokens_to_cache,
-                       max_new_tokens=max_new_tokens)
+        # Every group's hits first, then every group's new blocks: a new block never evicts a hit.
+        caching = self.enable_prefix_caching
+        for g in self.groups:
+            hashes = block_hashes(token_ids[:n], self.block_size, g.name) if caching else []
+            self.managers[g.name].adopt_hits(seq_id, token_ids[:n], hashes, hit.blocks[g.name], g.name,
+                                             len(token_ids))
+        for g in self.groups:
+            m = self.managers[g.name]
+            m.take_new_blocks(seq_id)
+            if isinstance(m, SlidingWindowBlockManager):  # where a later request's hit may stop
+                m.boundaries[seq_id] = (prompt - 1,) + ((hit.shared_prefix_boundary,)
+                                                        if hit.shared_prefix_boundary else ())
+            m.cache_blocks(seq_id, to_cache)
         return self.block_tables(seq_id)
 
     def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
@@ -289,7 +440,10 @@ class HybridBlockManager:
         return None
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
-        """Prefix caching is off in a HybridBlockManager: nothing to offer."""
+        """Offer every group's full blocks among the first ``num_tokens`` tokens to the prefix cache (a
+        window group only those a later hit can use: ``SlidingWindowBlockManager``)."""
+        for m in self.managers.values():
+            m.cache_blocks(seq_id, num_tokens)
 
     def free(self, seq_id) -> None:
         """Drop every group's table, group by group in order (as vLLM's coordinator frees them)."""
@@ -299,7 +453,7 @@ class HybridBlockManager:
 
     def fork(self, parent_id, child_id) -> list[int]:
         raise InvalidArgument(f"fork(parent_id={parent_id!r}): a HybridBlockManager does not share blocks "
-                              f"between sequences yet (no fork, no prefix caching)")
+                              f"between sequences by fork yet (only through prefix-cache hits)")
 
     # -- inspection ------------------------------------------------------------------------------
     def check_invariants(self) -> None:

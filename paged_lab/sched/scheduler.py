@@ -224,10 +224,16 @@ class Scheduler:
             # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
             if not self.allocator.can_allocate(seq.token_ids):
                 break  # first come, first served: nobody overtakes the head
-            self.waiting.popleft()
             slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
-            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
-                                    max_new_tokens=slots_now)
+            # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
+            # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
+            # nobody is admitted). The prompt length tells a window group which blocks to cache.
+            try:
+                self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                        max_new_tokens=slots_now, num_prompt_tokens=seq.num_prompt_tokens)
+            except OutOfBlocks:  # (nothing changed)
+                break
+            self.waiting.popleft()
             seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
             seq.num_prefill_tokens = len(seq)
             seq.status = RUNNING

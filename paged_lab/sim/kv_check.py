@@ -8,7 +8,9 @@ Replaying one scheduler step in the engine's order (``LLM.step`` and ``engine.ll
 2. store: every scheduled token's name goes into its slot (every layer stores the whole step's K/V
    before it attends);
 3. attend: every scheduled sequence reads positions ``[0, end)`` through its block table, and each slot
-   must hold the name of that sequence's own prefix.
+   must hold the name of that sequence's own prefix. Over a ``HybridBlockManager`` each layer group stores
+   into and reads through its own table, a sliding-window group only the positions its window reaches
+   (``[start - W + 1, end)``): a window's prefix-cache hit must bring exactly those.
 
 A prefix-cache hit on a block whose KV was never computed, or was computed for other tokens, fails
 step 3 with a :class:`StaleKVRead` that names the sequence, the position and the block. So does a
@@ -24,6 +26,8 @@ copy-on-write that was not done, or a slot that two live sequences write.
 from __future__ import annotations
 
 from paged_lab.memory.block_manager import slot_for
+from paged_lab.memory.block_pool import NULL_BLOCK
+from paged_lab.memory.hybrid import HybridBlockManager
 
 
 class StaleKVRead(AssertionError):
@@ -96,23 +100,32 @@ class KVContentChecker:
         else:
             self.slots[slot] = name
 
+    def _tables(self, seq_id) -> list[tuple[list[int], int | None]]:
+        """Each layer group's block table of ``seq_id`` and its window (None: full attention)."""
+        if isinstance(self.bm, HybridBlockManager):
+            windows = {g.name: g.sliding_window for g in self.bm.groups}
+            return [(table, windows[name]) for name, table in self.bm.block_tables(seq_id).items()]
+        return [(self.bm.block_table(seq_id), None)]
+
     def _store(self, entry) -> None:
         names = self._prefix_names(entry.seq)
-        table = self.bm.block_table(entry.seq.seq_id)
-        for p in range(entry.start, entry.end):
-            self.slots[slot_for(p, table, self.block_size)] = names[p]
+        for table, _ in self._tables(entry.seq.seq_id):
+            for p in range(entry.start, entry.end):
+                self.slots[slot_for(p, table, self.block_size)] = names[p]
 
     def _attend(self, entry) -> None:
         seq = entry.seq
         names = self._prefix_names(seq)
-        table = self.bm.block_table(seq.seq_id)
-        for p in range(entry.end):
-            slot = slot_for(p, table, self.block_size)
-            if self.slots.get(slot) != names[p]:
+        for table, window in self._tables(seq.seq_id):
+            first = 0 if window is None else max(0, entry.start - window + 1)  # what the window reaches
+            for p in range(first, entry.end):
                 block = table[p // self.block_size]
-                what = "nothing" if slot not in self.slots else "the KV of other tokens"
-                raise StaleKVRead(
-                    f"step {self.scheduler.step_count - 1}: seq {seq.seq_id!r} attends position {p} in block "
-                    f"{block} (slot {slot}), which holds {what}; its table is {table}, it computes "
-                    f"[{entry.start}, {entry.end}) this step")
-        self.reads += entry.end
+                slot = slot_for(p, table, self.block_size)
+                if block == NULL_BLOCK or self.slots.get(slot) != names[p]:
+                    what = ("no block (NULL_BLOCK)" if block == NULL_BLOCK else
+                            "nothing" if slot not in self.slots else "the KV of other tokens")
+                    raise StaleKVRead(
+                        f"step {self.scheduler.step_count - 1}: seq {seq.seq_id!r} attends position {p} in "
+                        f"block {block} (slot {slot}), which holds {what}; its table is {table}, it computes "
+                        f"[{entry.start}, {entry.end}) this step")
+            self.reads += entry.end - first
