@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from paged_lab import kv_math
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
+from paged_lab.memory.hybrid import KVCacheGroup
+from paged_lab.memory.sliding_window import window_prefix_hit
 
 
 def quiz(*, model: str, tokens: int, block_size: int, sliding_window: int, prompts: int,
@@ -97,4 +99,33 @@ def quiz(*, model: str, tokens: int, block_size: int, sliding_window: int, promp
             answer=2,
             design="V1",
         ),
+        _window_hit_question(block_size=16, sliding_window=48, hit_blocks=10),
     ])
+
+
+def _window_hit_question(*, block_size: int, sliding_window: int, hit_blocks: int) -> Question:
+    """Which blocks a sliding-window layer's prefix hit must find: the ``blocks_for_hit`` that end at the
+    hit, as the real manager's search (``memory.sliding_window.window_prefix_hit``) returns them."""
+    needed = KVCacheGroup("sliding", 1, sliding_window=sliding_window).blocks_for_hit(block_size)
+    first, end = window_prefix_hit([True] * hit_blocks, needed)
+    last = hit_blocks - 1
+    return Question(
+        f"A twin's prompt hits blocks 0–{last} (blocks of {block_size} tokens) in a full-attention layer. "
+        f"Which blocks must a layer with a sliding window of {sliding_window} find in the cache for the "
+        "same hit?",
+        [Choice(f"All of them, 0–{last}, as the full-attention layer does",
+                f"The first token after the hit reads only the {sliding_window - 1} tokens before it; "
+                "older blocks are never read again, so the hit does not need them."),
+         Choice(f"Only block {last}, the one the hit ends in",
+                f"{sliding_window - 1} tokens span more than one block of {block_size}: the hit needs "
+                f"cdiv({sliding_window - 1}, {block_size}) = {needed} blocks."),
+         Choice(f"Blocks 0–{needed - 1}, the first sliding window's worth",
+                "The blocks the next token reads are the ones just before the hit's end, not the "
+                "prompt's first ones: vLLM searches a sliding-window hit from the right."),
+         Choice(f"Blocks {first}–{end - 1}, just before the hit's end",
+                f"The next token reads the {sliding_window - 1} tokens before it, which lie in those "
+                f"{needed} blocks; the earlier ones may be gone (vLLM's sliding-window group does not even "
+                "cache them by default) and the table holds the null block there.")],
+        answer=3,
+        design="V1",
+    )
