@@ -83,6 +83,8 @@ FACTS = {
                        robot_len=8,
                        block_size=16, copies=4, work_tokens=[12, 16, 9, 6, 16, 16, 40, 5, 11, 10, 14, 40],
                        batch=4, static_slots=384, useful=195),
+    "08": lambda: dict(model="deepseek-v3", tokens=1000, block_size=16, sliding_window=128, prompts=8,
+                       parted=2),
 }
 
 

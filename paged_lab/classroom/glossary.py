@@ -186,6 +186,27 @@ TERMS: tuple[Term, ...] = (
          "request (`paged_lab.sched`), for comparison.", True),
     Term("Scheduler", "the clerk who calls the next traveller", "叫號的人", "Each step picks which requests "
          "run: admits, schedules prefills and decodes, preempts (`paged_lab.sched`)."),
+    # --- today's models (notebook 08): no story of their own; the words are ours ---
+    Term("MLA", "one packed bag instead of name tags and folders", "一個壓縮包，取代名牌和資料夾",
+         "Multi-head latent attention (DeepSeek-V2/V3): each layer caches one latent of `kv_lora_rank + "
+         "qk_rope_head_dim` numbers per token instead of K and V per head; attention expands it as it reads.",
+         False, ("multi-head latent attention", "latent")),
+    Term("fp8 KV cache", "luggage packed smaller, a little blurred", "壓得更小、細節略糊的行李",
+         "`kv_cache_dtype=\"fp8\"`: K and V stored as 8-bit floats (e4m3) with a scale per layer, 1 byte a "
+         "number: half of bf16's bytes, at a small error in the logits.", False,
+         ("fp8", "kv_cache_dtype", "fp8 cache")),
+    Term("sliding window", "looking back only at the latest luggage", "只回頭看最近的行李",
+         "A layer that attends only to the last W tokens (gpt-oss: every other layer, W = 128); the "
+         "blocks wholly before them are freed while the request runs (vLLM `SlidingWindowManager`).", False,
+         ("sliding-window layer", "sliding-window layers", "sliding window attention")),
+    Term("KV cache group", "one table per kind of layer", "每一種層一張表",
+         "Layers of one attention kind that share a spec and one block table per request (vLLM "
+         "`KVCacheGroupSpec`); a hybrid model has several groups over one pool, one manager each.", False,
+         ("KV cache groups", "hybrid block manager", "HybridBlockManager", "layer group")),
+    Term("null block", "an empty placeholder in the table", "表裡的空位記號",
+         "vLLM's block 0, never handed out: a block table holds it where a block was freed (a "
+         "sliding-window layer's old blocks), so later positions stay put; `NULL_BLOCK` in paged_lab.", False,
+         ("NULL_BLOCK",)),
 )
 
 _BY_NAME = {}

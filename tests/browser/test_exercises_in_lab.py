@@ -50,6 +50,8 @@ WRONG = {
            "    for _, start, end in chunks:\n"
            "        starts.append(starts[-1] + end - start)\n"
            "    return starts"),
+    "08": ("cache_bytes_per_token", "def cache_bytes_per_token(spec, dtype):\n"  # forgets MLA's latent
+           "    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * kv_math.dtype_bytes(dtype)"),
 }
 
 # Run one cell (by index) and wait for it: resolves once the kernel has answered.
