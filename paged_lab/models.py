@@ -318,3 +318,58 @@ def random_model(spec: str | ModelSpec, dtype: Any = "float32", device: str | No
     name = f"{RANDOM_PREFIX}{base.name}"
     model.config._name_or_path = name
     return model, byte_tokenizer(), ModelSpec.from_hf_config(model.config, name=name)
+
+
+# ------------------------------------------------------------------------------ a model change
+ALTERNATE = "alternate"  # layer_types of sliding_window_variant: sliding on even layers, full on odd ones
+
+
+def sliding_window_variant(model, sliding_window: int, layer_types: str | list[str] = ALTERNATE):
+    """A Llama-family model (SmolLM2) with a window on some layers: **not the released model**, a model
+    change made to run sliding-window layers in the engine and check them against transformers.
+
+    Returns a transformers ``MinistralForCausalLM`` over the very weight tensors of ``model`` (no copy):
+    Ministral is Llama's decoder (no q/k/v/o biases, the same RoPE, RMSNorm and SwiGLU MLP) with a
+    ``layer_types`` list and a ``sliding_window``; its ``"sliding_attention"`` layers let the token at
+    position p see positions p - W + 1 .. p (``sliding_window_overlay`` in transformers'
+    ``masking_utils``, as vLLM's window). ``layer_types``: ``"alternate"`` (sliding on layers 0, 2, 4, ...,
+    full on the others, as gpt-oss alternates them) or one ``"full_attention"`` / ``"sliding_attention"``
+    per layer. Its output differs from ``model``'s once a context is longer than the window.
+
+    ``LLM(sliding_window_variant(model, 32), tokenizer=tokenizer)`` runs it paged: the engine reads
+    ``config.layer_types`` and splits the layers into groups (``engine.kv_groups``)."""
+    import copy
+
+    from transformers import MinistralConfig, MinistralForCausalLM
+
+    from paged_lab._checks import check_int
+    from paged_lab.kv_math import LAYER_TYPES
+
+    config = model.config
+    if getattr(config, "model_type", None) != "llama" or getattr(config, "attention_bias", False) or getattr(
+            config, "mlp_bias", False):
+        raise ValueError(f"model: sliding_window_variant takes a Llama model without biases (SmolLM2), got "
+                         f"model_type={getattr(config, 'model_type', None)!r}")
+    sliding_window = check_int("sliding_window", sliding_window, minimum=1)
+    n = config.num_hidden_layers
+    if layer_types == ALTERNATE:
+        layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+    types = list(layer_types) if isinstance(layer_types, (list, tuple)) else None
+    if types is None or len(types) != n or not set(types) <= set(LAYER_TYPES):
+        raise ValueError(f"layer_types must be {ALTERNATE!r} or {n} entries of {list(LAYER_TYPES)}, "
+                         f"got {layer_types!r}")
+    fields = config.to_dict()
+    for key in ("model_type", "architectures", "transformers_version", "attention_bias", "mlp_bias",
+                "pretraining_tp", "_name_or_path", "sliding_window", "layer_types"):
+        fields.pop(key, None)
+    new_config = MinistralConfig(**fields, sliding_window=sliding_window, layer_types=types)
+    weight = model.get_input_embeddings().weight
+    variant = MinistralForCausalLM(new_config).to(device=weight.device, dtype=weight.dtype)
+    variant.load_state_dict(model.state_dict(), strict=True, assign=True)  # the same tensors, not copies
+    if new_config.tie_word_embeddings:
+        variant.lm_head.weight = variant.model.embed_tokens.weight
+    variant.generation_config = copy.deepcopy(model.generation_config)
+    sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    variant.config._name_or_path = (f"{getattr(config, '_name_or_path', '') or 'model'} with sliding_window="
+                                    f"{sliding_window} on layers {sliding} (not the released model)")
+    return variant.eval()

@@ -151,8 +151,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_shows_in_stats(mon
     import dataclasses
 
     real = dispatch._candidates
-    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None: (
-        ["reference", "torch"] if b == "auto" else real(b, kc, vc, q)))
+    monkeypatch.setattr(dispatch, "_candidates", lambda b, kc, vc, q=None, sliding_window=None: (
+        ["reference", "torch"] if b == "auto" else real(b, kc, vc, q, sliding_window)))
     calls = []
 
     def broken(*args, **kwargs):

@@ -34,6 +34,7 @@ import torch
 from paged_lab import kernels
 from paged_lab.engine import inputs
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
+from paged_lab.engine.kv_groups import LayerGroups
 from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
 from paged_lab.engine.parallel_sampling import ParallelSampling
@@ -41,7 +42,6 @@ from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingPar
 from paged_lab.engine.request import Request
 from paged_lab.engine.sampling import sample
 from paged_lab.kv_math import ModelSpec, canonical_dtype
-from paged_lab.memory import BlockManager
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 
 
@@ -53,7 +53,8 @@ class Batch:
     scheduled: list  # [num_seqs] ScheduledSeq, in batch order
     input_ids: torch.Tensor  # int64 [num_tokens]
     positions: torch.Tensor  # int64 [num_tokens]: each token's position in its sequence
-    meta: AttentionMetadata  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], ...
+    meta: AttentionMetadata | list  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], ...;
+    # layer groups: one per layer (each its group's)
     sample_rows: list[int]  # [num_sampled]: the row of each sampled sequence's last query token
     sample_seqs: list[Sequence]  # [num_sampled]: the sequence each of those rows samples for
 
@@ -73,6 +74,10 @@ class LLM:
         ``vllm/engine/arg_utils.py``, which picks 8,192-16,384 on GPUs); a longer prompt is prefilled in
         chunks (chunked prefill, on by default in V1). None: no limit.
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
+        A model with sliding-window layers (``config.layer_types``; ``models.sliding_window_variant``)
+        runs its layer groups on a ``HybridBlockManager`` (``engine.kv_groups``); where that refuses prefix
+        caching, the engine turns it off and logs a WARNING once (``llm.enable_prefix_caching`` says what
+        runs), so that the default, on as in vLLM, still starts.
     kv_cache_dtype: what the KV pool holds, vLLM's names: "auto" (the model's dtype) or "fp8" (K and V as
         ``torch.float8_e4m3fn``, 1 byte a number, with one scale per layer for K and one for V, 1.0 as
         vLLM's default; ``engine.kv_cache``). An fp8 pool holds 4x the tokens of fp32 in the same
@@ -129,19 +134,24 @@ class LLM:
         self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
         self.max_model_len = inputs.model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
+        self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
+        inputs.check_layer_groups(groups.hybrid, parallel_sampling, enforce_eager)
         self.num_blocks = resolve_num_blocks(self.spec, block_size, self.cache_dtype, num_kv_blocks,
-                                             kv_cache_memory)  # fp8: 1 byte a number
+                                             kv_cache_memory,  # fp8: 1 byte a number
+                                             groups.layers_per_block if groups.hybrid else None)
         self.kv = KVCache(self.spec, self.num_blocks, block_size, self.cache_dtype, self.device,
-                          size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory")
-        self.block_manager = BlockManager(self.num_blocks, block_size, enable_prefix_caching)
+                          size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory",
+                          layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
+        self.block_manager = groups.block_manager(self.num_blocks, block_size, enable_prefix_caching,
+                                                  max_num_batched_tokens)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
         self.attention_backend = attention_backend
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
         self._attend = PagedAttention(attention_backend, stats=self.kernel_stats, like=self.kv.layers[0],
-                                      num_heads=self.runner.num_heads)
-        self.enable_prefix_caching = enable_prefix_caching
+                                      num_heads=self.runner.num_heads, sliding_window=groups.sliding_window)
+        self.enable_prefix_caching = self.block_manager.enable_prefix_caching  # (what runs)
         self.eos_token_ids = _eos_ids(hf_model, self.tokenizer)
         self.inputs = inputs.InputProcessor(self.tokenizer, self.spec.vocab_size, self.max_model_len,
                                             self.scheduler)
@@ -152,7 +162,7 @@ class LLM:
         self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
         if not enforce_eager:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
-        self.metrics = EngineMetrics(self.scheduler, self.block_manager)  # step times, timeline
+        self.metrics = EngineMetrics(self.scheduler, self.block_manager, self.layer_groups)  # times, timeline
         self._step_open = False  # True from schedule() until the step's update() is done
 
     @property
@@ -250,18 +260,21 @@ class LLM:
 
     def prepare_batch(self, out) -> Batch:
         """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
-        table and context length. One-token queries (decodes) go first, so that a mixed step can attend
-        them apart (``llama.PagedAttention``)."""
+        table and context length (layer groups: slots and tables per group). One-token queries (decodes) go
+        first, so that a mixed step can attend them apart (``llama.PagedAttention``)."""
         scheduled = decodes_first(out.scheduled)
-        bm = self.block_manager
-        input_ids, positions, slots, tables, ctx_lens, qsl = [], [], [], [], [], [0]
+        bm, groups = self.block_manager, self.layer_groups
+        input_ids, positions, ctx_lens, qsl = [], [], [], [0]
+        slots, tables = {g: [] for g in groups.layers}, {g: [] for g in groups.layers}  # group -> ...
         sample_rows, sample_seqs = [], []
         for s in scheduled:
             seq = s.seq
             input_ids += seq.token_ids[s.start:s.end]
             positions += range(s.start, s.end)
-            slots += bm.slot_mapping(seq.seq_id, s.start, s.end)
-            tables.append(bm.block_table(seq.seq_id))
+            for g, group_slots in groups.slots(bm, seq.seq_id, s.start, s.end).items():
+                slots[g] += group_slots
+            for g, table in groups.tables(bm, seq.seq_id).items():
+                tables[g].append(table)
             ctx_lens.append(s.end)
             qsl.append(qsl[-1] + s.num_tokens)
             req = self._requests[seq.seq_id]
@@ -271,23 +284,28 @@ class LLM:
                 sample_rows.append(qsl[-1] - 1)
                 sample_seqs.append(seq)
         n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
-        meta = self._metadata(slots, tables, ctx_lens, qsl, n_decode)
+        metas = {g.name: self._metadata(slots[g.name], tables[g.name], ctx_lens, qsl, n_decode,
+                                        g.sliding_window) for g in groups.groups}
+        meta = [metas[g] for g in groups.group_of_layer] if groups.hybrid else metas[groups.groups[0].name]
         dev = self.device
         return Batch(scheduled, torch.tensor(input_ids, dtype=torch.long, device=dev),
                      torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows, sample_seqs)
 
-    def _metadata(self, slots, tables, ctx_lens, qsl, num_decodes: int) -> AttentionMetadata:
-        """The attention tensors of a batch (its first ``num_decodes`` sequences have one query token)."""
+    def _metadata(self, slots, tables, ctx_lens, qsl, num_decodes: int,
+                  sliding_window: int | None = None) -> AttentionMetadata:
+        """The attention tensors of a batch (its first ``num_decodes`` sequences have one query token) for
+        the layers of one group (``sliding_window``: theirs)."""
         dev, width = self.device, max(len(t) for t in tables)
         q_lens = [b - a for a, b in zip(qsl, qsl[1:])]
         return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),  # [num_tokens]
             block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32,
-                                      device=dev),  # [num_seqs, width], padded with block 0 (never read)
+                                      device=dev),  # [num_seqs, width], padded with block 0 (never read);
+            # a window group's NULL_BLOCK entries lie before every query's window (never read either)
             context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),  # [num_seqs]
             query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),  # [num_seqs + 1]
             is_decode=qsl[-1] == len(tables), max_query_len=max(q_lens), max_context_len=max(ctx_lens),
-            num_decodes=num_decodes,
+            num_decodes=num_decodes, sliding_window=sliding_window,
         )
 
     def run_model(self, batch: Batch) -> torch.Tensor | None:
@@ -376,6 +394,8 @@ class LLM:
         """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
         computed from scratch. Blocks held by running sequences stay theirs. Returns how many blocks
         were cached."""
+        if not self.enable_prefix_caching:
+            return 0  # (nothing is cached; a HybridBlockManager without caching has no cache to reset)
         return self.block_manager.reset_prefix_cache()
 
     # ------------------------------------------------------------------------------------ interrupted

@@ -153,6 +153,18 @@ def check_compilable(enforce_eager: bool, device: torch.device, dtype: str,
                          f"(kv_cache_dtype='auto'); this cache is {cache_dtype} (use enforce_eager=True)")
 
 
+def check_layer_groups(hybrid: bool, parallel_sampling: str, enforce_eager: bool) -> None:
+    """What a model with sliding-window layers (several layer groups) cannot run here yet: "fork"
+    parallel sampling (the HybridBlockManager shares no blocks) and the compiled decode graph (built
+    for one AttentionMetadata for every layer)."""
+    if hybrid and parallel_sampling == "fork":
+        raise ValueError("parallel_sampling='fork': a model with sliding-window layers keeps one block table "
+                         "per layer group and does not fork them; use parallel_sampling='prefix'")
+    if hybrid and not enforce_eager:
+        raise ValueError("enforce_eager=False: the compiled decode step takes one block table for every "
+                         "layer; a model with sliding-window layers runs eagerly (enforce_eager=True)")
+
+
 def check_arrival_steps(arrival_steps, n: int) -> list[int]:
     """One arrival step >= 0 per prompt (all 0 when None), or a ValueError naming the entry."""
     if arrival_steps is None:

@@ -34,7 +34,14 @@ class AttentionMetadata:
     reads, and nothing of any backend's (as vLLM's ``CommonAttentionMetadata``, "shared across layers and
     backends", ``vllm/v1/attention/backend.py``, vllm 0.32.0). What a backend precomputes from it, its
     plan of the step, lives with the backend (:class:`PagedAttention`). Built once per step and never
-    changed: the plan is kept for this very object."""
+    changed: the plan is kept for this very object.
+
+    A model with layer groups (sliding-window layers, ``engine.kv_groups``) has one per group per step:
+    the same query tokens and lengths, the group's own block tables and slot mapping, and the group's
+    ``sliding_window`` (vLLM copies the common metadata per KV cache group and swaps in
+    ``block_table_tensor`` and ``slot_mapping``, ``_build_attention_metadata`` in
+    ``vllm/v1/worker/gpu_model_runner.py``; its CPU backend's builder adds the group's window,
+    ``_group_sliding_window`` in ``vllm/v1/attention/backends/cpu_attn.py``)."""
 
     slot_mapping: torch.Tensor  # int64 [num_tokens]: cache slot of every query token
     block_tables: torch.Tensor  # int32 [num_seqs, max_blocks]
@@ -48,6 +55,9 @@ class AttentionMetadata:
     # How many of the first sequences have a one-token query (decodes): the engine puts them first,
     # as vLLM reorders a batch for its attention backends. 0: none, or not said.
     num_decodes: int = 0
+    # The layers that read this attend to the last sliding_window positions only (None: the whole context);
+    # their block tables may hold NULL_BLOCK before each query's window.
+    sliding_window: int | None = None
 
 
 # --- RoPE ----------------------------------------------------------------------------------------
@@ -147,7 +157,9 @@ class PagedAttention:
     (``like``: layer 0's (k_cache, v_cache) and the model's num_heads), else on the first call. A step's
     tensors are checked once, on the first layer that reads them, where the backend also builds its
     plan of the step (``kernels.dispatch.StepPlan``); the later layers get the same ``meta`` and reuse
-    both. ``stats``: a ``kernels.KernelStats`` that counts what ran.
+    both (one plan per metadata object: a model with layer groups has one per group per step).
+    ``stats``: a ``kernels.KernelStats`` that counts what ran. ``sliding_window``: some layers will attend
+    through a window of that many tokens, so the backend must take one (``kernels.choose_backend``).
 
     A step that mixes one-token queries (decodes, first) with longer ones (prefills) is attended in two
     parts when the backend reads a plan (torch's prefill pads every sequence's queries to the longest:
@@ -157,22 +169,25 @@ class PagedAttention:
     has put the decodes first)."""
 
     def __init__(self, backend: str = "auto", stats=None, like: tuple | None = None,
-                 num_heads: int | None = None):
+                 num_heads: int | None = None, sliding_window: int | None = None):
         self.backend_name = backend
         self.stats = kernels.KernelStats() if stats is None else stats
+        self.sliding_window = sliding_window
         self.backend = None  # kernels.ChosenBackend, once chosen
-        self._step: tuple[AttentionMetadata | None, list] = (None, [])  # (meta, its parts and plans)
+        # meta -> its parts and plans, for the metadata objects still alive (this step's)
+        self._plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         if like is not None:
             self._choose(*like, num_heads)
 
-    def _choose(self, k_cache, v_cache, num_heads: int | None):
+    def _choose(self, k_cache, v_cache, num_heads: int | None, sliding_window: int | None = None):
         q = None if num_heads is None else k_cache.new_empty((0, num_heads, k_cache.shape[-1]))
-        self.backend = kernels.choose_backend(self.backend_name, k_cache, v_cache, q, stats=self.stats)
+        self.backend = kernels.choose_backend(self.backend_name, k_cache, v_cache, q, stats=self.stats,
+                                              sliding_window=self.sliding_window or sliding_window)
 
     def __call__(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float, k_scale: float = 1.0,
                  v_scale: float = 1.0) -> torch.Tensor:
         if self.backend is None:
-            self._choose(k_cache, v_cache, q.shape[1])
+            self._choose(k_cache, v_cache, q.shape[1], meta.sliding_window)
         parts = self.prepare(meta, k_cache, v_cache)
         first_plan = parts[0][1]
         if not first_plan.checked:  # the first layer of the step: the shapes the later layers repeat
@@ -210,21 +225,22 @@ class PagedAttention:
         """Check the step's tensors and build the backend's plan of it: [(metadata, StepPlan)], one part,
         or the decodes and the prefills. The first layer that sees ``meta`` calls this (a caller may do it
         earlier); the others reuse the result."""
-        last, parts = self._step
-        if meta is last:
+        parts = self._plans.get(meta)
+        if parts is not None:
             return parts
         if self.backend is None:
-            self._choose(k_cache, v_cache, None)
+            self._choose(k_cache, v_cache, None, meta.sliding_window)
         checks.check_step(k_cache, v_cache, meta.slot_mapping, meta.block_tables, meta.context_lens,
-                          None if meta.is_decode else meta.query_start_loc, meta.max_query_len)
+                          None if meta.is_decode else meta.query_start_loc, meta.max_query_len,
+                          meta.sliding_window)
         num_seqs = meta.block_tables.shape[0]
         split = self.backend.uses_plan and 0 < meta.num_decodes < num_seqs
         pieces = split_decodes_and_prefills(meta) if split else (meta,)
         block_size = k_cache.shape[1]
         parts = [(m, self.backend.plan(m.block_tables, m.context_lens, m.slot_mapping, block_size,
                                        None if m.is_decode else m.query_start_loc, m.max_context_len,
-                                       m.max_query_len)) for m in pieces]
-        self._step = (meta, parts)
+                                       m.max_query_len, m.sliding_window)) for m in pieces]
+        self._plans[meta] = parts
         return parts
 
 
@@ -234,10 +250,12 @@ def split_decodes_and_prefills(meta: AttentionMetadata) -> tuple[AttentionMetada
     n = meta.num_decodes
     decode = AttentionMetadata(
         meta.slot_mapping[:n], meta.block_tables[:n], meta.context_lens[:n], meta.query_start_loc[:n + 1],
-        is_decode=True, max_query_len=1, max_context_len=int(meta.context_lens[:n].max()), num_decodes=n)
+        is_decode=True, max_query_len=1, max_context_len=int(meta.context_lens[:n].max()), num_decodes=n,
+        sliding_window=meta.sliding_window)
     prefill = AttentionMetadata(
         meta.slot_mapping[n:], meta.block_tables[n:], meta.context_lens[n:], meta.query_start_loc[n:] - n,
-        is_decode=False, max_query_len=meta.max_query_len, max_context_len=int(meta.context_lens[n:].max()))
+        is_decode=False, max_query_len=meta.max_query_len, max_context_len=int(meta.context_lens[n:].max()),
+        sliding_window=meta.sliding_window)
     return decode, prefill
 
 
@@ -400,10 +418,12 @@ class PagedLlama:
     # -- forward --
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
-                meta: AttentionMetadata, attention=None, kv_scales: list | None = None) -> torch.Tensor:
+                meta: AttentionMetadata | list[AttentionMetadata], attention=None,
+                kv_scales: list | None = None) -> torch.Tensor:
         """Hidden states [num_tokens, hidden] after the final norm.
 
         input_ids, positions: int64 [num_tokens], the query tokens of all scheduled sequences;
+        meta: the step's AttentionMetadata, or one per layer (layer groups: each layer gets its group's);
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
         kv_scales: per layer (k_scale, v_scale) of an fp8 cache (``KVCache.scales``), None for a float one;
         attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads,
@@ -411,13 +431,16 @@ class PagedLlama:
         function written for float caches keeps working).
         """
         attention = attention or PagedAttention()
-        top = None if meta.max_context_len is None else meta.max_context_len - 1
+        metas = list(meta) if isinstance(meta, (list, tuple)) else [meta] * self.num_layers
+        if len(metas) != self.num_layers:
+            raise ValueError(f"meta: {len(metas)} AttentionMetadata for {self.num_layers} layers")
+        top = None if metas[0].max_context_len is None else metas[0].max_context_len - 1
         cos, sin = self.rope_tables(positions, top)
         x = self.embed[input_ids]  # [num_tokens, hidden]
         for i, w in enumerate(self.layers):
             k_cache, v_cache = kv_caches[i]
             quant = {} if kv_scales is None else dict(zip(("k_scale", "v_scale"), kv_scales[i]))
-            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=meta, scale=self.scale,
+            attend = partial(attention, k_cache=k_cache, v_cache=v_cache, meta=metas[i], scale=self.scale,
                              **quant)
             x = decoder_layer(x, w, cos, sin, attend, self.dims)
         return rms_norm(x, self.final_norm, self.eps)

@@ -25,14 +25,17 @@ class EngineMetrics:
     """Every engine step's (start, end) time and timeline row, over the engine's scheduler and pool.
 
     Step i's times are ``step_times[i]`` and its row ``timeline[i]``; a step's time is when its forward
-    ended. ``peak_usage``: the largest KV usage any step ended with.
+    ended. ``peak_usage``: the largest KV usage any step ended with. With ``layer_groups``
+    (``engine.kv_groups.LayerGroups``) each row also has ``blocks_per_group`` (blocks each group holds
+    at the step's end) and ``peak_blocks_per_group`` keeps the largest of each.
     """
 
-    def __init__(self, scheduler, block_manager):
-        self.scheduler, self.block_manager = scheduler, block_manager
+    def __init__(self, scheduler, block_manager, layer_groups=None):
+        self.scheduler, self.block_manager, self.layer_groups = scheduler, block_manager, layer_groups
         self.timeline: list[dict] = []  # one row per step: batch composition and KV usage
         self.step_times: list[tuple[float, float]] = []  # step -> (start, end), time.perf_counter
         self.peak_usage = 0.0
+        self.peak_blocks_per_group: dict[str, int] = {}
 
     def record_step(self, out, num_tokens: int, t0: float, interrupted: bool = False) -> None:
         """Close the step that started at ``t0``: its times and its timeline row. Only what is missing is
@@ -60,6 +63,11 @@ class EngineMetrics:
             "seconds": t1 - t0,
             "interrupted": interrupted,  # an exception or Ctrl-C stopped it: its tokens were dropped
         })
+        if self.layer_groups is not None:
+            held = self.layer_groups.blocks_held(bm)
+            self.timeline[-1]["blocks_per_group"] = held
+            for name, n in held.items():
+                self.peak_blocks_per_group[name] = max(self.peak_blocks_per_group.get(name, 0), n)
 
     def end_time(self, step: int | None) -> float | None:
         return None if step is None else self.step_times[step][1]
@@ -99,7 +107,9 @@ class EngineMetrics:
 def engine_stats(llm: LLM) -> dict[str, Any]:
     """``LLM.stats()``: the attention backends that ran, the KV pool and prefix cache, the scheduler's
     counts, the latency percentiles, the event log and the timeline."""
-    bm, ks = llm.block_manager, llm.kernel_stats
+    bm, ks, groups = llm.block_manager, llm.kernel_stats, llm.layer_groups
+    # a HybridBlockManager keeps one BlockManager per group: its counts and events are per group
+    first = bm.managers[groups.groups[0].name] if groups.hybrid else bm
     return {
         "attention_backend": llm.attention_backend,
         "attention_backend_ran": ", ".join(name for name, _ in Counter(ks.calls).most_common()) or None,
@@ -111,17 +121,23 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "block_size": llm.block_size,
         "kv_cache_dtype": llm.cache_dtype,  # "auto" resolved: the model's dtype, or "fp8"
         "kv_cache_bytes": llm.kv.bytes,
+        "kv_cache_tensors": llm.kv.num_tensors,  # one per layer, or per layer position in a group
+        "kv_cache_groups": {g.name: {"layers": groups.layers[g.name], "sliding_window": g.sliding_window,
+                                     "peak_blocks": llm.metrics.peak_blocks_per_group.get(g.name, 0)}
+                            for g in groups.groups},
         "kv_usage": bm.usage,
         "peak_kv_usage": llm.metrics.peak_usage,
         "num_free_blocks": bm.num_free_blocks,
-        "prefix_cache_queries": bm.stats.prefix_cache_queries,
-        "prefix_cache_hits": bm.stats.prefix_cache_hits,
-        "prefix_cache_hit_rate": bm.stats.hit_rate,
+        "enable_prefix_caching": llm.enable_prefix_caching,  # what runs (see LLM's enable_prefix_caching)
+        "prefix_cache_queries": first.stats.prefix_cache_queries,
+        "prefix_cache_hits": first.stats.prefix_cache_hits,
+        "prefix_cache_hit_rate": first.stats.hit_rate,
         "num_preemptions": llm.scheduler.num_preemptions,
         "num_steps": llm.scheduler.step_count,
-        "num_cow": bm.stats.num_cow,
+        "num_cow": first.stats.num_cow,
         **llm.latency(),
-        "events": list(bm.events),
+        "events": ({g: list(e) for g, e in bm.events.items()} if groups.hybrid  # layer groups: per group
+                   else list(bm.events)),
         "timeline": list(llm.metrics.timeline),
     }
 

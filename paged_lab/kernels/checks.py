@@ -128,7 +128,19 @@ def _check_slot_mapping(slot_mapping, num_tokens, k_cache):
         )
 
 
-def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len):
+def check_sliding_window(sliding_window) -> dict:
+    """None (full attention) or an integer >= 1; returns the keyword to pass on (``{}`` for None)."""
+    if sliding_window is None:
+        return {}
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
+        raise ValueError(f"sliding_window must be None or an integer >= 1, got {sliding_window!r}")
+    return {"sliding_window": sliding_window}
+
+
+def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len, q_lens=None, sliding_window=None):
+    """The tables' shapes and the entries a kernel reads: every block that holds a position in
+    ``[first, context_len)``, ``first`` 0 or, with a window, the first query's window start (the
+    entries before it may be NULL_BLOCK). ``q_lens``: each sequence's query length (decode: 1)."""
     num_blocks, block_size = k_cache.shape[:2]
     _check_ndim("block_tables", block_tables, 2, "[num_seqs, max_blocks]")
     _check_dtype("block_tables", block_tables, INDEX_DTYPES)
@@ -151,7 +163,12 @@ def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len):
             f"context_lens max {int(lens.max())} exceeds what block_tables can address: "
             f"{block_tables.shape[1]} blocks x block_size {block_size} = {capacity}"
         )
-    used = torch.arange(block_tables.shape[1])[None, :] * block_size < lens[:, None]  # entries a kernel reads
+    first_pos = torch.arange(block_tables.shape[1])[None, :] * block_size
+    used = first_pos < lens[:, None]  # entries a kernel reads
+    if sliding_window is not None:
+        q_lens = torch.ones_like(lens) if q_lens is None else q_lens
+        first = (lens - q_lens - sliding_window + 1).clamp(min=0)
+        used &= first_pos + block_size > first[:, None]
     ids = block_tables.long()[used]
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
         raise ValueError(
@@ -160,7 +177,8 @@ def _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len):
         )
 
 
-def _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_cache, max_query_len=None):
+def _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_cache, max_query_len=None,
+                   sliding_window=None):
     """query_start_loc int ``[num_seqs + 1]``: 0, then where each sequence's queries end (the last at
     num_tokens); each query at most its context; then the tables of those num_seqs sequences."""
     _check_ndim("query_start_loc", query_start_loc, 1, "[num_seqs + 1]")
@@ -169,8 +187,8 @@ def _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_ca
     if num_seqs < 0:
         raise ValueError("query_start_loc must have num_seqs + 1 >= 1 entries, got 0")
     _check_device(k_cache.device, query_start_loc=query_start_loc)
-    _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len=0)
     if k_cache.device.type != "cpu":
+        _check_tables(block_tables, context_lens, num_seqs, k_cache, min_len=0)
         return
     qsl = query_start_loc.long()
     q_lens = qsl[1:] - qsl[:-1]
@@ -181,6 +199,7 @@ def _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_ca
         )
     if num_seqs and int(q_lens.min()) < 0:
         raise ValueError("query_start_loc must be non-decreasing (query lengths >= 0)")
+    _check_tables(block_tables, context_lens, num_seqs, k_cache, 0, q_lens, sliding_window)
     bad = (q_lens > context_lens.long()).nonzero()
     if bad.numel():
         i = int(bad[0, 0])
@@ -202,28 +221,34 @@ def check_store_kv(k, v, k_cache, v_cache, slot_mapping):
     _check_slot_mapping(slot_mapping, k.shape[0], k_cache)
 
 
-def check_decode(q, k_cache, v_cache, block_tables, context_lens, scale):
+def check_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window=None):
     check_cache(k_cache, v_cache)
     _check_q(q, k_cache, "num_seqs")
     _check_device(k_cache.device, q=q, v_cache=v_cache)
-    _check_tables(block_tables, context_lens, q.shape[0], k_cache, min_len=1)
+    _check_tables(block_tables, context_lens, q.shape[0], k_cache, 1, sliding_window=sliding_window)
     check_scale(scale)
 
 
 def check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
-                  max_query_len=None):
+                  max_query_len=None, sliding_window=None):
     check_cache(k_cache, v_cache)
     _check_q(q, k_cache, "num_tokens")
     _check_device(k_cache.device, q=q, v_cache=v_cache)
-    _check_queries(query_start_loc, q.shape[0], block_tables, context_lens, k_cache, max_query_len)
+    _check_queries(query_start_loc, q.shape[0], block_tables, context_lens, k_cache, max_query_len,
+                   sliding_window)
     check_scale(scale)
 
 
-def check_plan(plan, k_cache, **tensors):
-    """A caller's ``plan`` must be the GatherPlan of this very call (see ``torch_paged.plan_mismatch``):
-    the backends index the cache through it without checking it again."""
+def check_plan(plan, k_cache, sliding_window=None, **tensors):
+    """A caller's ``plan`` must be the GatherPlan of this very call (see ``torch_paged.plan_mismatch``),
+    built for the call's ``sliding_window``: the backends index the cache through it without checking
+    it again."""
     if plan is None:
         return
+    if getattr(plan, "sliding_window", None) != sliding_window:
+        raise ValueError(f"plan was built for sliding_window={getattr(plan, 'sliding_window', None)!r}, but "
+                         f"this call has sliding_window={sliding_window!r}; build it with plan_gather(..., "
+                         f"sliding_window={sliding_window!r})")
     why = torch_paged.plan_mismatch(plan, k_cache.shape[1], **tensors)
     if why is not None:
         raise ValueError(why)
@@ -231,17 +256,19 @@ def check_plan(plan, k_cache, **tensors):
 
 # ------------------------------------------------------------------------------ an engine step
 def check_step(k_cache, v_cache, slot_mapping, block_tables, context_lens, query_start_loc=None,
-               max_query_len=None):
-    """The indices of one step, which every layer reads: ``query_start_loc`` None for a decode (one
-    query token per sequence). The same checks as the entry points', once per step."""
+               max_query_len=None, sliding_window=None):
+    """The indices of one step, which every layer of one group reads: ``query_start_loc`` None for a
+    decode (one query token per sequence). The same checks as the entry points', once per step."""
     check_cache(k_cache, v_cache)
     _check_ndim("slot_mapping", slot_mapping, 1, "[num_tokens]")
     num_tokens = slot_mapping.shape[0]
     _check_slot_mapping(slot_mapping, num_tokens, k_cache)
+    check_sliding_window(sliding_window)
     if query_start_loc is None:
-        _check_tables(block_tables, context_lens, num_tokens, k_cache, min_len=1)
+        _check_tables(block_tables, context_lens, num_tokens, k_cache, 1, sliding_window=sliding_window)
     else:
-        _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_cache, max_query_len)
+        _check_queries(query_start_loc, num_tokens, block_tables, context_lens, k_cache, max_query_len,
+                       sliding_window)
 
 
 def check_layer(q, k, v, k_cache, v_cache, num_tokens: int, scale):

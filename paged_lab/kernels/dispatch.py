@@ -22,6 +22,11 @@ the next candidate; the next call tries the first again. A backend named explici
 verify that it is the plan ``plan_gather`` builds from this call's tensors (one that is not raises
 a ValueError naming ``plan``), because the backends index the cache through it unchecked.
 
+A sliding-window layer passes ``sliding_window=W`` (the query at position p reads keys p - W + 1 .. p;
+``NULL_BLOCK`` entries before every query's window are never read). The ``"torch"`` and ``"reference"``
+backends take it; the C and Triton kernels attend over the whole context, so ``"auto"`` skips them for
+a windowed call (``ChosenBackend.skipped`` says why) and naming one raises.
+
 ``validate=False`` skips every check, the plan's included. **Trusted input only.** The C kernels and
 the Triton kernels (its CPU interpreter too) use every index as given, so an out-of-range block id,
 context length, slot or query offset, or a plan from another batch, is undefined behaviour: it may
@@ -101,7 +106,8 @@ class Backend:
     ``num_splits``/``max_query_len``: hints a backend may ignore; ``k_scale``/``v_scale``, keywords: an fp8
     cache's scales, which a float cache ignores). ``unsupported(k_cache, v_cache, q)``
     says why the backend cannot take these tensors, or None. ``uses_plan``: it reads the GatherPlan,
-    so a caller running many layers should build one per step (``torch_paged.plan_gather``)."""
+    so a caller running many layers should build one per step (``torch_paged.plan_gather``).
+    ``takes_window``: its decode and prefill take ``sliding_window=`` (the others are never given one)."""
 
     name: str
     store_kv: Callable
@@ -110,25 +116,31 @@ class Backend:
     store_and_decode: Callable
     unsupported: Callable[..., str | None] = lambda k_cache, v_cache, q=None: None
     uses_plan: bool = False
+    takes_window: bool = False
 
 
 def _store_then_decode(store, decode):
     """store_and_decode for a backend that has no fused kernel: its store, then its decode."""
     def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None,
-            **kv_scales):
+            sliding_window=None, **kv_scales):
         store(k, v, k_cache, v_cache, slot_mapping, plan=plan, **kv_scales)
-        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan, **kv_scales)
+        window = {} if sliding_window is None else {"sliding_window": sliding_window}
+        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan, **window,
+                      **kv_scales)
     return run
 
 
 def _reference_backend() -> Backend:
     store = lambda k, v, kc, vc, slots, plan=None, k_scale=1.0, v_scale=1.0: reference.store_kv(
         k, v, kc, vc, slots, k_scale, v_scale)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
-        reference.paged_attention_decode(q, kc, vc, bt, cl, scale, k_scale, v_scale))
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
-        reference.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, k_scale, v_scale))
-    return Backend("reference", store, decode, prefill, _store_then_decode(store, decode))
+    def decode(q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
+        return reference.paged_attention_decode(q, kc, vc, bt, cl, scale, k_scale, v_scale, sliding_window)
+
+    def prefill(q, kc, vc, bt, cl, qsl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
+        return reference.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, k_scale, v_scale,
+                                                 sliding_window)
+
+    return Backend("reference", store, decode, prefill, _store_then_decode(store, decode), takes_window=True)
 
 
 def _triton_backend() -> Backend:
@@ -141,14 +153,18 @@ def _triton_backend() -> Backend:
 
 
 def _torch_backend() -> Backend:
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, **_: (
-        torch_paged.paged_attention_decode(q, kc, vc, bt, cl, scale, plan=plan, k_scale=k_scale,
-                                           v_scale=v_scale))
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, k_scale=1.0, v_scale=1.0: (
-        torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
-                                            max_query_len=max_query_len, k_scale=k_scale, v_scale=v_scale))
+    def decode(q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
+        return torch_paged.paged_attention_decode(q, kc, vc, bt, cl, scale, plan=plan, k_scale=k_scale,
+                                                  v_scale=v_scale, sliding_window=sliding_window)
+
+    def prefill(q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, k_scale=1.0, v_scale=1.0,
+                sliding_window=None):
+        return torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
+                                                   max_query_len=max_query_len, k_scale=k_scale,
+                                                   v_scale=v_scale, sliding_window=sliding_window)
+
     return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
-                   uses_plan=True)
+                   uses_plan=True, takes_window=True)
 
 
 # The backend table: the name a caller passes -> what runs. "auto" is not a backend but a choice
@@ -186,17 +202,26 @@ class KernelStats:
 STATS = KernelStats()
 
 
-def _candidates(backend: str, k_cache, v_cache, q=None) -> list[str]:
+def _why_not(name: str, k_cache, v_cache, q=None, sliding_window: int | None = None) -> str | None:
+    """Why backend ``name`` cannot take these tensors (and this window), or None when it can."""
+    backend = BACKEND_TABLE[name]
+    if sliding_window is not None and not backend.takes_window:
+        return (f"a sliding window (sliding_window={sliding_window}; the {name} kernels attend over the "
+                f"whole context, the torch backend masks the window)")
+    return backend.unsupported(k_cache, v_cache, q)
+
+
+def _candidates(backend: str, k_cache, v_cache, q=None, sliding_window: int | None = None) -> list[str]:
     """The backends to try, in order. A named backend is the only one (it raises when it cannot take
     these tensors); "auto" lists every backend that can: Triton on CUDA, then the C kernels, then torch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend != "auto":
-        why = BACKEND_TABLE[backend].unsupported(k_cache, v_cache, q)
+        why = _why_not(backend, k_cache, v_cache, q, sliding_window)
         if why is not None:
             raise ValueError(f"backend={backend!r} does not support {why}; use backend='torch'")
         return [backend]
-    return [n for n in _auto_order(k_cache) if BACKEND_TABLE[n].unsupported(k_cache, v_cache, q) is None]
+    return [n for n in _auto_order(k_cache) if _why_not(n, k_cache, v_cache, q, sliding_window) is None]
 
 
 def _auto_order(k_cache) -> list[str]:
@@ -243,7 +268,7 @@ def _record_failure(stats: KernelStats, name: str, op: str, error: Exception, in
 
 def _run(op: str, backend: str, stats: KernelStats | None, k_cache, v_cache, q, *args, **kwargs):
     """A public entry point's call: choose among the candidates for these tensors, then the fallback rule."""
-    names = _candidates(backend, k_cache, v_cache, q)
+    names = _candidates(backend, k_cache, v_cache, q, kwargs.get("sliding_window"))
     return _run_first(tuple(BACKEND_TABLE[n] for n in names), STATS if stats is None else stats, op,
                       *args, **kwargs)
 
@@ -255,10 +280,12 @@ class StepPlan:
     ``gather``: the GatherPlan of the backends that read one (torch, the C kernels): the step's indices
     and masks, built once instead of once per layer; None for the others. ``checked``: the first layer
     that used this plan checked its q, k and v (``checks.check_layer``); the later layers of the step
-    get the same shapes and skip that."""
+    get the same shapes and skip that. ``sliding_window``: the window of the layers that read it (their
+    metadata's), passed to every attention call of the plan."""
 
     gather: torch_paged.GatherPlan | None = None
     checked: bool = False
+    sliding_window: int | None = None
 
 
 class ChosenBackend:
@@ -281,13 +308,24 @@ class ChosenBackend:
         return self.names[0]
 
     def plan(self, block_tables, context_lens, slot_mapping, block_size: int, query_start_loc=None,
-             max_context_len: int | None = None, max_query_len: int | None = None) -> StepPlan:
+             max_context_len: int | None = None, max_query_len: int | None = None,
+             sliding_window: int | None = None) -> StepPlan:
         """This backend's plan of one batch (``query_start_loc`` None for a decode batch)."""
+        if sliding_window is not None and not all(b.takes_window for b in self.backends):
+            raise ValueError(f"sliding_window={sliding_window}: backends {list(self.names)} were chosen for "
+                             f"full attention; choose with choose_backend(..., sliding_window=...)")
         if not self.uses_plan:
-            return StepPlan()
+            return StepPlan(sliding_window=sliding_window)
         return StepPlan(torch_paged.plan_gather(
             block_tables, context_lens, block_size, max_ctx=max_context_len, query_start_loc=query_start_loc,
-            slot_mapping=slot_mapping, max_query_len=max_query_len))
+            slot_mapping=slot_mapping, max_query_len=max_query_len, sliding_window=sliding_window),
+            sliding_window=sliding_window)
+
+    @staticmethod
+    def _window(plan: StepPlan) -> dict:
+        """The window keyword of a plan's attention calls: none for full attention, so that a backend
+        that takes no window is never handed one."""
+        return {} if plan.sliding_window is None else {"sliding_window": plan.sliding_window}
 
     # k_scale, v_scale: the layer's fp8 scales (a float cache ignores them)
     def store_kv(self, k, v, k_cache, v_cache, slot_mapping, plan: StepPlan, k_scale: float = 1.0,
@@ -299,38 +337,40 @@ class ChosenBackend:
                          scale: float, plan: StepPlan, k_scale: float = 1.0, v_scale: float = 1.0):
         return _run_first(self.backends, self.stats, "store_and_decode", q, k, v, k_cache, v_cache,
                           slot_mapping, block_tables, context_lens, scale, plan=plan.gather, k_scale=k_scale,
-                          v_scale=v_scale)
+                          v_scale=v_scale, **self._window(plan))
 
     def prefill(self, q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
                 plan: StepPlan, max_query_len: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
         return _run_first(self.backends, self.stats, "prefill", q, k_cache, v_cache, block_tables,
                           context_lens, query_start_loc, scale, plan=plan.gather, max_query_len=max_query_len,
-                          k_scale=k_scale, v_scale=v_scale)
+                          k_scale=k_scale, v_scale=v_scale, **self._window(plan))
 
 
 def choose_backend(backend: str, k_cache, v_cache=None, q=None,
-                   stats: KernelStats | None = None) -> ChosenBackend:
+                   stats: KernelStats | None = None, sliding_window: int | None = None) -> ChosenBackend:
     """Choose once what runs for ``backend`` ("auto" included) on caches like these (and a q like ``q``:
     its heads and dtype; its length does not matter). A named backend that cannot take them raises now.
+    ``sliding_window``: some layers attend through a window of that many tokens (a backend that takes
+    none is not chosen for any layer: one backend per engine).
 
     Under "auto", a backend that would come first but cannot take these caches (the C kernels and an fp8
     cache, say) is skipped: the choice says why in ``ChosenBackend.skipped`` and logs it once (INFO)."""
     v_cache = k_cache if v_cache is None else v_cache
-    names = tuple(_candidates(backend, k_cache, v_cache, q))
-    skipped = {} if backend != "auto" else _skipped(k_cache, v_cache, q, names[0])
+    names = tuple(_candidates(backend, k_cache, v_cache, q, sliding_window))
+    skipped = {} if backend != "auto" else _skipped(k_cache, v_cache, q, names[0], sliding_window)
     return ChosenBackend(names, KernelStats() if stats is None else stats, skipped)
 
 
 _SKIPS_LOGGED: set[str] = set()
 
 
-def _skipped(k_cache, v_cache, q, chosen: str) -> dict[str, str]:
+def _skipped(k_cache, v_cache, q, chosen: str, sliding_window: int | None = None) -> dict[str, str]:
     """The backends "auto" prefers to ``chosen`` on this device that cannot take these tensors, with why
     (each distinct reason logged once per process, so that a notebook says it once, not per engine)."""
     order = _auto_order(k_cache)
     skipped = {}
     for name in order[:order.index(chosen)] if chosen in order else order:
-        why = BACKEND_TABLE[name].unsupported(k_cache, v_cache, q)
+        why = _why_not(name, k_cache, v_cache, q, sliding_window)
         if why is None:
             continue
         skipped[name] = why
@@ -369,7 +409,7 @@ def paged_attention_decode(
     q, k_cache, v_cache, block_tables, context_lens, scale, backend: str = "auto",
     num_splits: int | None = None,
     validate: bool = True, plan=None, stats: KernelStats | None = None, k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    v_scale: float = 1.0, sliding_window: int | None = None,
 ):
     """One query token per sequence over its paged context -> ``[num_seqs, num_heads, head_dim]``.
 
@@ -378,25 +418,28 @@ def paged_attention_decode(
     ``num_splits`` (Triton only): split each sequence's context into that many partitions merged by
     log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
     ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
+    ``sliding_window``: attend to the last that many tokens only (see the module docstring).
     ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
     crash the process (see the module docstring).
     """
     checks.check_kv_scales(k_scale, v_scale)
+    window = checks.check_sliding_window(sliding_window)
     if validate:
-        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
-        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens)
+        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
+        checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens)
     checks.check_num_splits(num_splits)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache)
+        _candidates(backend, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
     return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
                 context_lens, float(scale), plan=plan, num_splits=num_splits, k_scale=k_scale,
-                v_scale=v_scale)
+                v_scale=v_scale, **window)
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
                      backend: str = "auto", validate: bool = True, plan=None,
-                     stats: KernelStats | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
+                     stats: KernelStats | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                     sliding_window: int | None = None):
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
     as ``engine.KVCache`` keeps them). Arguments as those two functions'; q ``[num_seqs, num_heads,
@@ -405,23 +448,24 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
     ``cpu_paged.decode``...). ``validate=False``: trusted input only; out-of-range indices are
     undefined behaviour and may crash the process (see the module docstring)."""
     checks.check_kv_scales(k_scale, v_scale)
+    window = checks.check_sliding_window(sliding_window)
     if validate:
         checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
-        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale)
-        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
+        checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
+        checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens,
                           slot_mapping=slot_mapping)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache)
+        _candidates(backend, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
     return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache,
                 slot_mapping, block_tables, context_lens, float(scale), plan=plan, k_scale=k_scale,
-                v_scale=v_scale)
+                v_scale=v_scale, **window)
 
 
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, backend: str = "auto",
     validate: bool = True, plan=None, max_query_len: int | None = None, stats: KernelStats | None = None,
-    k_scale: float = 1.0, v_scale: float = 1.0,
+    k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None,
 ):
     """Several causal query tokens per sequence over its paged context ->
     ``[num_tokens, num_heads, head_dim]``.
@@ -432,21 +476,23 @@ def paged_attention_prefill(
     prefixes: the earlier context is read from the cache). ``max_query_len``: the longest query, when
     the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device.
     ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
+    ``sliding_window``: each query attends to its last that many positions only.
     ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
     crash the process (see the module docstring).
     """
     checks.check_kv_scales(k_scale, v_scale)
+    window = checks.check_sliding_window(sliding_window)
     if validate:
         checks.check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
-                             max_query_len)
-        checks.check_plan(plan, k_cache, block_tables=block_tables, context_lens=context_lens,
+                             max_query_len, sliding_window)
+        checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens,
                           query_start_loc=query_start_loc)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache)
+        _candidates(backend, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
     return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
                 context_lens, query_start_loc, float(scale), plan=plan, max_query_len=max_query_len,
-                k_scale=k_scale, v_scale=v_scale)
+                k_scale=k_scale, v_scale=v_scale, **window)
 
 
 def paged_attention(

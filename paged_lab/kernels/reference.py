@@ -10,6 +10,11 @@ Every operation follows the same two steps, so a reader can check each line by h
 Cache layout (per layer): ``k_cache``, ``v_cache``: ``[num_blocks, block_size, num_kv_heads, head_dim]``;
 ``slot = physical_block * block_size + offset``. Any block size works here (1, 3, 16, ...).
 
+A sliding-window layer (``sliding_window=W``) lets the query at position ``p`` see keys ``p - W + 1 .. p``
+only (vLLM's ``sliding_window``, transformers' ``sliding_window_overlay``). Its block table may hold
+``NULL_BLOCK`` (-1) for blocks that lie wholly before every query's window (the HybridBlockManager gave
+them back): those entries are never read, because the gather starts at the first block a query needs.
+
 Scores and softmax run in float32 whatever the cache dtype; the result is cast back to ``q.dtype``.
 An fp8 cache (``torch.float8_e4m3fn``) stores ``x / k_scale`` (or ``v_scale``) and is read back as
 ``x * scale`` (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
@@ -40,26 +45,40 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale
     v_cache[block, offset] = quantize_kv(v[keep], v_cache.dtype, v_scale)
 
 
-def gather_kv(k_cache, v_cache, block_table, context_len: int, k_scale: float = 1.0, v_scale: float = 1.0):
-    """Read one sequence's first ``context_len`` tokens of K and V through its block table.
+def first_key(context_len: int, query_len: int, sliding_window: int | None) -> int:
+    """The first position any of the last ``query_len`` queries of a ``context_len``-token sequence
+    reads: 0 for full attention; with a window W, the first query's ``p - W + 1`` (p = context_len -
+    query_len), clamped at 0."""
+    if sliding_window is None:
+        return 0
+    return max(0, context_len - query_len - sliding_window + 1)
 
-    Returns two contiguous float32 tensors ``[context_len, num_kv_heads, head_dim]`` (an fp8 cache
-    dequantized: ``x * k_scale``, ``x * v_scale``).
+
+def gather_kv(k_cache, v_cache, block_table, context_len: int, k_scale: float = 1.0, v_scale: float = 1.0,
+              first_block: int = 0):
+    """Read one sequence's tokens ``first_block * block_size .. context_len - 1`` of K and V through its
+    block table (``first_block`` > 0: a window's sequence, whose earlier entries may be NULL_BLOCK).
+
+    Returns two contiguous float32 tensors ``[context_len - first_block * block_size, num_kv_heads,
+    head_dim]`` (an fp8 cache dequantized: ``x * k_scale``, ``x * v_scale``).
     """
     block_size = k_cache.shape[1]
     num_blocks = cdiv(context_len, block_size)  # ceil: the last block may be partly filled
-    blocks = block_table[:num_blocks].long()
-    # [num_blocks * block_size, kv_heads, d] -> first context_len rows
-    k = dequantize_kv(k_cache[blocks].flatten(0, 1)[:context_len], k_scale)
-    v = dequantize_kv(v_cache[blocks].flatten(0, 1)[:context_len], v_scale)
+    blocks = block_table[first_block:num_blocks].long()
+    num_read = context_len - first_block * block_size
+    # [blocks * block_size, kv_heads, d] -> the first num_read rows
+    k = dequantize_kv(k_cache[blocks].flatten(0, 1)[:num_read], k_scale)
+    v = dequantize_kv(v_cache[blocks].flatten(0, 1)[:num_read], v_scale)
     return k, v
 
 
-def attend(q, k, v, scale: float, causal_offset: int | None = None):
+def attend(q, k, v, scale: float, causal_offset: int | None = None, sliding_window: int | None = None,
+           key_offset: int = 0):
     """Ordinary attention for one sequence, GQA-aware, in float32.
 
-    q: ``[num_q, num_heads, head_dim]``; k, v: ``[ctx, num_kv_heads, head_dim]``.
-    With ``causal_offset = c``, query ``i`` sits at position ``c + i`` and sees keys ``0..c+i``.
+    q: ``[num_q, num_heads, head_dim]``; k, v: ``[ctx, num_kv_heads, head_dim]``, the keys of positions
+    ``key_offset .. key_offset + ctx - 1``. With ``causal_offset = c``, query ``i`` sits at position
+    ``c + i`` and sees keys up to ``c + i``; with ``sliding_window = W`` too, only from ``c + i - W + 1``.
     Returns ``[num_q, num_heads, head_dim]`` in float32.
     """
     group = q.shape[1] // k.shape[1]  # GQA: each KV head serves `group` query heads
@@ -68,43 +87,55 @@ def attend(q, k, v, scale: float, causal_offset: int | None = None):
     scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [num_heads, num_q, ctx]
     if causal_offset is not None:
         q_pos = causal_offset + torch.arange(q.shape[0]).unsqueeze(1)  # [num_q, 1]
-        k_pos = torch.arange(k.shape[0]).unsqueeze(0)  # [1, ctx]
-        scores = scores.masked_fill((k_pos > q_pos).to(scores.device), float("-inf"))
+        k_pos = key_offset + torch.arange(k.shape[0]).unsqueeze(0)  # [1, ctx]
+        hidden = k_pos > q_pos  # the future
+        if sliding_window is not None:
+            hidden |= k_pos <= q_pos - sliding_window  # before the window
+        scores = scores.masked_fill(hidden.to(scores.device), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
-                           k_scale: float = 1.0, v_scale: float = 1.0):
-    """One new query token per sequence attends to its whole paged context.
+                           k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None):
+    """One new query token per sequence attends to its whole paged context (its last
+    ``sliding_window`` tokens, with a window).
 
     q: ``[num_seqs, num_heads, head_dim]``; block_tables: ``[num_seqs, max_blocks]``;
     context_lens: ``[num_seqs]`` (includes the query token, whose K/V is already stored).
     Returns ``[num_seqs, num_heads, head_dim]``.
     """
     out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
     for i in range(q.shape[0]):
-        k, v = gather_kv(k_cache, v_cache, block_tables[i], int(context_lens[i]), k_scale, v_scale)
-        out[i] = attend(q[i : i + 1], k, v, scale)[0].to(q.dtype)
+        ctx = int(context_lens[i])
+        first_block = first_key(ctx, 1, sliding_window) // block_size
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx, k_scale, v_scale, first_block)
+        out[i] = attend(q[i : i + 1], k, v, scale, ctx - 1, sliding_window, first_block * block_size)[0].to(
+            q.dtype)
     return out
 
 
 def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
-                            k_scale: float = 1.0, v_scale: float = 1.0):
+                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None):
     """Several query tokens per sequence, causal, over the paged context (also chunked prefill).
 
     q: ``[num_tokens, num_heads, head_dim]``, all sequences' query tokens concatenated;
     ``query_start_loc[i]:query_start_loc[i+1]`` are sequence ``i``'s rows. They are the LAST
     ``query_len`` positions of its ``context_lens[i]`` tokens, so the context before them (a cached
-    prefix, earlier chunks) is attended to in full and the query tokens causally.
+    prefix, earlier chunks) is attended to in full and the query tokens causally (with a window: each
+    query its last ``sliding_window`` positions).
     Returns ``[num_tokens, num_heads, head_dim]``.
     """
     out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
     for i in range(block_tables.shape[0]):
         start, end = int(query_start_loc[i]), int(query_start_loc[i + 1])
         if end == start:
             continue
         ctx = int(context_lens[i])
-        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx, k_scale, v_scale)
-        out[start:end] = attend(q[start:end], k, v, scale, causal_offset=ctx - (end - start)).to(q.dtype)
+        first_block = first_key(ctx, end - start, sliding_window) // block_size
+        k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx, k_scale, v_scale, first_block)
+        out[start:end] = attend(q[start:end], k, v, scale, ctx - (end - start), sliding_window,
+                                first_block * block_size).to(q.dtype)
     return out

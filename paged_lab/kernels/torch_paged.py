@@ -39,6 +39,9 @@ class GatherPlan:
     (``[num_tokens]``: owning sequence, index within its query), max_q and the causal mask
     ``[S, max_q, T]``. Given the batch's slot_mapping, also store_slots (long ``[n]``, the slots
     that are not padding) and store_rows (the tokens they belong to; None when every token is stored).
+    With ``sliding_window`` W, ``valid`` also drops each sequence's positions before its first query's
+    window (and ``table`` sets their blocks, which may be NULL_BLOCK, to block 0: gathered, then zeroed),
+    and the masks drop each query's keys before ``p - W + 1``.
     """
 
     table: torch.Tensor
@@ -52,6 +55,7 @@ class GatherPlan:
     store_slots: torch.Tensor | None = None
     store_rows: torch.Tensor | None = None
     lens: torch.Tensor | None = None  # long [S]: the context lengths (what the C kernels read, with table)
+    sliding_window: int | None = None  # the window the masks were built for (None: full attention)
 
     @property
     def can_fuse(self) -> bool:
@@ -61,21 +65,29 @@ class GatherPlan:
 
 
 def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None = None,
-                query_start_loc=None, slot_mapping=None, max_query_len: int | None = None) -> GatherPlan:
+                query_start_loc=None, slot_mapping=None, max_query_len: int | None = None,
+                sliding_window: int | None = None) -> GatherPlan:
     """Build the :class:`GatherPlan` of a batch; ``query_start_loc`` (prefill) adds the causal mask,
-    ``slot_mapping`` the indices :func:`store_kv` writes through. ``max_ctx``/``max_query_len``: the
-    longest context / query when the caller knows them (else read from the tensors: a device sync)."""
+    ``slot_mapping`` the indices :func:`store_kv` writes through, ``sliding_window`` the window (see the
+    class). ``max_ctx``/``max_query_len``: the longest context / query when the caller knows them (else
+    read from the tensors: a device sync)."""
     dev = block_tables.device
     lens = context_lens.to(device=dev, dtype=torch.long)
     max_ctx = int(lens.max()) if max_ctx is None else int(max_ctx)
     nb = max(1, cdiv(max_ctx, block_size))
+    qsl = None if query_start_loc is None else query_start_loc.to(device=dev, dtype=torch.long)
+    q_lens = torch.ones_like(lens) if qsl is None else qsl[1:] - qsl[:-1]  # [S]
+    # [S] the first position any query of a sequence reads: 0, or its first query's window start
+    first = torch.zeros_like(lens) if sliding_window is None else (
+        lens - q_lens - sliding_window + 1).clamp(min=0)
     first_pos = torch.arange(nb, device=dev) * block_size  # [nb]
     table = block_tables[:, :nb].to(dtype=torch.long)  # [S, nb]
-    table = torch.where(first_pos[None, :] < lens[:, None], table, 0)  # padding entries may hold anything
+    read = (first_pos[None, :] < lens[:, None]) & (first_pos[None, :] + block_size > first[:, None])
+    table = torch.where(read, table, 0)  # padding (and out-of-window, NULL_BLOCK) entries may hold anything
     pos = torch.arange(nb * block_size, device=dev)  # [T]
-    valid = pos[None, :] < lens[:, None]  # [S, T]
-    unused = (~valid).flatten().nonzero().squeeze(1)  # few: partial last blocks, padding
-    plan = GatherPlan(table, valid, unused, valid[:, None, None, :], lens=lens)
+    valid = (pos[None, :] < lens[:, None]) & (pos[None, :] >= first[:, None])  # [S, T]
+    unused = (~valid).flatten().nonzero().squeeze(1)  # few: partial last blocks, padding, before windows
+    plan = GatherPlan(table, valid, unused, valid[:, None, None, :], lens=lens, sliding_window=sliding_window)
     if slot_mapping is not None:
         slots = slot_mapping.to(device=dev, dtype=torch.long)
         keep = slots >= 0  # negative = padding, not stored
@@ -84,9 +96,7 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
         else:
             plan.store_rows = keep.nonzero().squeeze(1)
             plan.store_slots = slots[plan.store_rows]
-    if query_start_loc is not None:
-        qsl = query_start_loc.to(device=dev, dtype=torch.long)
-        q_lens = qsl[1:] - qsl[:-1]  # [S]
+    if qsl is not None:
         S, num_tokens = q_lens.shape[0], int(qsl[-1])
         plan.max_q = (int(q_lens.max()) if S else 0) if max_query_len is None else int(max_query_len)
         plan.seq_of = torch.repeat_interleave(torch.arange(S, device=dev), q_lens)  # [num_tokens]
@@ -95,6 +105,8 @@ def plan_gather(block_tables, context_lens, block_size: int, max_ctx: int | None
         q_pos = (lens - q_lens)[:, None] + torch.arange(plan.max_q, device=dev)[None, :]
         # [S, max_q, T] causal + in-context
         plan.mask = (pos[None, None, :] <= q_pos[:, :, None]) & valid[:, None, :]
+        if sliding_window is not None:  # and in each query's own window
+            plan.mask &= pos[None, None, :] > q_pos[:, :, None] - sliding_window
     return plan
 
 
@@ -171,7 +183,8 @@ def _attention_plan_mismatch(plan, block_size, block_tables, context_lens, query
             return (f"plan.max_q is {plan.max_q!r}, but the longest query has {longest} tokens; "
                     f"{_ANOTHER_BATCH}")
     want = plan_gather(block_tables, context_lens, block_size, max_ctx=nb * block_size,
-                       query_start_loc=query_start_loc, max_query_len=plan.max_q if prefill else None)
+                       query_start_loc=query_start_loc, max_query_len=plan.max_q if prefill else None,
+                       sliding_window=plan.sliding_window)
     for name in fields:
         if not _same(getattr(plan, name), getattr(want, name)):
             return (f"plan.{name} does not match "
@@ -251,13 +264,16 @@ def _attend(q, k, v, mask, scale: float):
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
                            max_context_len=None,
-                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
-    """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`."""
+                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                           sliding_window: int | None = None):
+    """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`
+    (a ``plan`` carries its own ``sliding_window``)."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
-        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx)
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
+                           sliding_window=sliding_window)
     k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan, k_scale, v_scale)
     return _decode_attend(q, k, v, plan, scale)
 
@@ -320,7 +336,8 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
 
 
 def torch_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
-                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
+                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
+                           sliding_window: int | None = None):
     """The torch backend's ``store_and_decode`` (the dispatch's public ``store_and_decode`` runs it):
     :func:`fused_store_and_decode` (fewer ops) when the plan can fuse and the caches are one tensor's
     halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
@@ -329,13 +346,13 @@ def torch_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables
         return fused_store_and_decode(q, k, v, kv, plan, scale, k_scale, v_scale)
     store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan, k_scale=k_scale, v_scale=v_scale)
     return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan,
-                                  k_scale=k_scale, v_scale=v_scale)
+                                  k_scale=k_scale, v_scale=v_scale, sliding_window=sliding_window)
 
 
 def paged_attention_prefill(
     q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
     plan: GatherPlan | None = None, max_query_len: int | None = None, k_scale: float = 1.0,
-    v_scale: float = 1.0,
+    v_scale: float = 1.0, sliding_window: int | None = None,
 ):
     """Batched (chunked) prefill; same contract as
     :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
@@ -345,7 +362,8 @@ def paged_attention_prefill(
     if plan is None:
         max_ctx = None if max_context_len is None else int(max_context_len)
         plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
-                           query_start_loc=query_start_loc, max_query_len=max_query_len)
+                           query_start_loc=query_start_loc, max_query_len=max_query_len,
+                           sliding_window=sliding_window)
     S = plan.table.shape[0]
     qp = q.new_zeros((S, plan.max_q) + tuple(q.shape[1:]), dtype=torch.float32)
     qp[plan.seq_of, plan.row] = q.float()  # [S, max_q, H, d]

@@ -64,7 +64,7 @@ from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import block_hashes
 from paged_lab.memory.sliding_window import SlidingWindowBlockManager, window_prefix_hit
 
-__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "HybridBlockManager", "CacheHit",
+__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "group_layers", "HybridBlockManager", "CacheHit",
            "window_prefix_hit", "blocks_held_over_time"]
 
 
@@ -140,6 +140,30 @@ def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = Non
         n = cdiv(by_type.get(t, 0), size)
         groups += [KVCacheGroup(t if n == 1 else f"{t}.{i}", size, kinds[t]) for i in range(n)]
     return groups
+
+
+def group_layers(layer_types: Sequence[str], groups: Sequence[KVCacheGroup]) -> dict[str, list[int]]:
+    """The layers each group of ``kv_cache_groups(layer_types, ...)`` holds, as vLLM assigns them: the
+    layers of one type in order, dealt round-robin over that type's groups (``layers[i::num_groups]`` in
+    ``_get_kv_cache_groups_uniform_page_size``), so a group may hold fewer than ``num_layers`` (padding).
+
+    >>> groups = kv_cache_groups(["sliding_attention", "full_attention"] * 2, 4)
+    >>> group_layers(["sliding_attention", "full_attention"] * 2, groups)
+    {'full_attention': [1, 3], 'sliding_attention': [0, 2]}
+    """
+    by_kind: dict[str, list[KVCacheGroup]] = {}
+    for g in groups:
+        kind = "full_attention" if g.sliding_window is None else "sliding_attention"
+        by_kind.setdefault(kind, []).append(g)
+    layers: dict[str, list[int]] = {g.name: [] for g in groups}
+    for kind, kind_groups in by_kind.items():
+        of_kind = [i for i, t in enumerate(layer_types) if t == kind]
+        for j, g in enumerate(kind_groups):
+            layers[g.name] = of_kind[j::len(kind_groups)]
+    if sorted(i for held in layers.values() for i in held) != list(range(len(layer_types))):
+        raise InvalidBlockConfig(f"groups: {[g.name for g in groups]} are not kv_cache_groups(layer_types) "
+                                 f"of these {len(layer_types)} layer_types")
+    return layers
 
 
 class HybridBlockManager:
@@ -252,6 +276,11 @@ class HybridBlockManager:
     @property
     def external_fragmentation(self) -> int:
         return 0
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the pool's token slots that hold a token of a live sequence, in any group."""
+        return self.used_slots / (self.num_blocks * self.block_size)
 
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._first
