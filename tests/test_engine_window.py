@@ -81,15 +81,26 @@ def test_naming_a_backend_without_a_window_raises(tiny):
         LLM(swa, tokenizer=tok, block_size=16, num_kv_blocks=8, attention_backend="cpu")
 
 
-def test_prefix_caching_is_turned_off_with_a_warning(tiny, caplog):
+def test_prefix_caching_over_the_window_group_gives_the_same_tokens(tiny):
+    """Caching on: twins, a shared system prompt and a request arriving after its twin finished hit the
+    cache (a window group's hit finds only its last window's blocks), and every token is transformers'."""
     _, swa, tok = tiny
-    with caplog.at_level("WARNING", logger="paged_lab.engine"):
-        llm = LLM(swa, tokenizer=tok, block_size=16, num_kv_blocks=8)  # enable_prefix_caching=True
-    if llm.block_manager.enable_prefix_caching:  # (the HybridBlockManager has learnt prefix caching)
-        pytest.skip("the HybridBlockManager supports prefix caching now")
-    assert llm.enable_prefix_caching is False and llm.stats()["enable_prefix_caching"] is False
-    assert "enable_prefix_caching=True: turned off" in caplog.text
-    assert llm.reset_prefix_cache() == 0
+    system = list(range(3, 30))                                  # 27 tokens: 6 full blocks of 4
+    first = [system + [40, 41, 42], system + [50, 51], system + [40, 41, 42]]   # a twin in the same step
+    later = [system + [40, 41, 42], system + [60] * 9]           # arrive after the first call finished
+    n = 24
+    runs = {}
+    for caching in (True, False):
+        llm = LLM(swa, tokenizer=tok, block_size=4, num_kv_blocks=96, max_num_batched_tokens=16,
+                  enable_prefix_caching=caching)
+        params = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+        outs = [o.outputs[0].token_ids for batch in (first, later)
+                for o in llm.generate([{"prompt_token_ids": p} for p in batch], params, use_tqdm=False)]
+        runs[caching] = outs, llm.stats()
+    (cached, stats), (plain, _) = runs[True], runs[False]
+    assert cached == plain == [hf_greedy(swa, p, n) for p in first + later]
+    assert stats["enable_prefix_caching"] is True and stats["prefix_cache_hits"] > 0
+
 
 
 @pytest.mark.parametrize("kw, match", [({"parallel_sampling": "fork"}, "parallel_sampling='fork'"),

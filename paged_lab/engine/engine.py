@@ -75,9 +75,8 @@ class LLM:
         chunks (chunked prefill, on by default in V1). None: no limit.
     enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
         A model with sliding-window layers (``config.layer_types``; ``models.sliding_window_variant``)
-        runs its layer groups on a ``HybridBlockManager`` (``engine.kv_groups``); where that refuses prefix
-        caching, the engine turns it off and logs a WARNING once (``llm.enable_prefix_caching`` says what
-        runs), so that the default, on as in vLLM, still starts.
+        runs its layer groups on a ``HybridBlockManager`` (``engine.kv_groups``), prefix caching included:
+        a window group's hit needs only the blocks of its last window, as in vLLM.
     kv_cache_dtype: what the KV pool holds, vLLM's names: "auto" (the model's dtype) or "fp8" (K and V as
         ``torch.float8_e4m3fn``, 1 byte a number, with one scale per layer for K and one for V, 1.0 as
         vLLM's default; ``engine.kv_cache``). An fp8 pool holds 4x the tokens of fp32 in the same
@@ -151,7 +150,7 @@ class LLM:
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
         self._attend = PagedAttention(attention_backend, stats=self.kernel_stats, like=self.kv.layers[0],
                                       num_heads=self.runner.num_heads, sliding_window=groups.sliding_window)
-        self.enable_prefix_caching = self.block_manager.enable_prefix_caching  # (what runs)
+        self.enable_prefix_caching = enable_prefix_caching
         self.eos_token_ids = _eos_ids(hf_model, self.tokenizer)
         self.inputs = inputs.InputProcessor(self.tokenizer, self.spec.vocab_size, self.max_model_len,
                                             self.scheduler)

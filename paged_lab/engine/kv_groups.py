@@ -12,15 +12,11 @@ tensor per layer position in a group (``engine.kv_cache``).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from paged_lab.kv_math import ModelSpec
 from paged_lab.memory import BlockManager
-from paged_lab.memory.errors import InvalidBlockConfig
 from paged_lab.memory.hybrid import HybridBlockManager, KVCacheGroup, group_layers, kv_cache_groups
-
-logger = logging.getLogger("paged_lab.engine")
 
 
 @dataclass(frozen=True)
@@ -66,22 +62,12 @@ class LayerGroups:
 
     def block_manager(self, num_blocks: int, block_size: int, enable_prefix_caching: bool,
                       max_num_batched_tokens: int | None):
-        """The allocator the Scheduler drives: a BlockManager for one group, else a HybridBlockManager.
-        Where the HybridBlockManager refuses prefix caching, it runs without it and says so once (a
-        WARNING on the ``paged_lab.engine`` logger): vLLM's default is on, and an engine built with the
-        default must still start. ``manager.enable_prefix_caching`` says what runs."""
+        """The allocator the Scheduler drives: a BlockManager for one group, else a HybridBlockManager
+        (which caps a window group's admission by one step's token budget, as vLLM does)."""
         if not self.hybrid:
             return BlockManager(num_blocks, block_size, enable_prefix_caching)
-        try:
-            return HybridBlockManager(num_blocks, block_size, self.groups, enable_prefix_caching,
-                                      max_num_batched_tokens=max_num_batched_tokens)
-        except InvalidBlockConfig as err:
-            if not enable_prefix_caching:
-                raise
-            logger.warning("enable_prefix_caching=True: turned off for this model's %d layer groups (%s)",
-                           len(self.groups), err)
-            return HybridBlockManager(num_blocks, block_size, self.groups, False,
-                                      max_num_batched_tokens=max_num_batched_tokens)
+        return HybridBlockManager(num_blocks, block_size, self.groups, enable_prefix_caching,
+                                  max_num_batched_tokens=max_num_batched_tokens)
 
     def tables(self, bm, seq_id) -> dict[str, list[int]]:
         """Each group's block table of ``seq_id`` (NULL_BLOCK where a window group gave a block back)."""
