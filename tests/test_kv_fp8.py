@@ -10,6 +10,7 @@ import logging
 import pytest
 import torch
 from test_engine_phases import _Tok
+from tiny_models import head_dim_64_llama
 
 from paged_lab import kernels
 from paged_lab.engine import LLM, KVCache, SamplingParams
@@ -75,13 +76,7 @@ def test_fp8_pool_holds_float8_and_a_quarter_of_fp32s_bytes():
 @pytest.fixture(scope="module")
 def tiny():
     """A 2-layer random Llama with head_dim 64 (as tests/test_prefix_cache_tokens.py's)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
-                      max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
+    return head_dim_64_llama()
 
 
 def test_kv_cache_memory_buys_four_times_the_blocks_of_fp32(tiny):

@@ -14,6 +14,7 @@ import random
 
 import pytest
 from test_engine_phases import _Tok
+from tiny_models import head_dim_64_llama
 
 from paged_lab import kernels
 from paged_lab.engine import LLM, SamplingParams
@@ -38,14 +39,7 @@ def _backends() -> list[str]:
 @pytest.fixture(scope="module")
 def tiny():
     """A 2-layer random Llama with head_dim 64 (what every backend here takes, Triton's included)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
-                      max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
+    return head_dim_64_llama()
 
 
 def random_engine_config(rng: random.Random, block_sizes=(2, 4, 8, 16)) -> dict:
