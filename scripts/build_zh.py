@@ -297,6 +297,8 @@ def term_problems() -> list[Problem]:
         for cell_id, entry in cells.items():
             found += [Problem("TERM", path.name, cell_id, english=p)
                       for p in i18n.term_problems(entry.get("zh", ""), LANG)]
+        found += [Problem("TERM", path.name, "(glosses)", english=p)
+                  for p in i18n.gloss_problems([e.get("zh", "") for e in cells.values()], LANG)]
     data = i18n.catalogue(LANG)
     for key, value in data["strings"].items():
         found += [Problem("TERM", "locale strings", key[:60], english=p)

@@ -515,3 +515,20 @@ def test_the_index_lists_the_term_table():
     assert build_zh.term_table() in text and build_zh.TERMS_PLACEHOLDER not in text
     for en, entry in i18n.catalogue("zh-TW")["terms"].items():
         assert f"| {en} | {entry['zh']} |" in text
+
+
+@pytest.mark.parametrize("path", CATALOGUES, ids=[p.stem for p in CATALOGUES])
+def test_every_notebook_translation_glosses_each_term_once(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    problems = i18n.gloss_problems([entry["zh"] for entry in cells.values()])
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+def test_the_gloss_check_reports_a_second_gloss_and_a_stacked_sentence():
+    first = "排程器會搶占（preemption）一個請求。"
+    assert i18n.gloss_problems([first, "之後再說搶占。"]) == []
+    again = i18n.gloss_problems([first, "## 3. 記憶體不夠時：搶占（preemption）"])
+    assert again == ["'preemption' is glossed 2 times: once, at its first use, then bare"]
+    stacked = i18n.gloss_problems(["排程器（scheduler）怎麼搶占（preemption）別的請求"])
+    assert len(stacked) == 1 and "glosses preemption, scheduler in one sentence" in stacked[0]
+    assert i18n.gloss_problems(["`搶占（preemption）` 與 `搶占（preemption）`"]) == []  # code is not prose

@@ -249,6 +249,30 @@ def term_problems(text: str, language: str = "zh-TW") -> list[str]:
     return out
 
 
+def gloss_problems(texts: list[str], language: str = "zh-TW") -> list[str]:
+    """Where one notebook's translation (``texts``: its cells in order) glosses a term of the term table
+    more than once, or stacks two of its glosses in one sentence: the table's ``"gloss"`` puts the English
+    in brackets once, at its first use (「搶占（preemption）」), and the notebook says the rendering bare
+    after that. A gloss is found by its bracketed English, 「（preemption）」, so
+    「**對照表**（block table）」 counts too."""
+    if language == "en":
+        return []
+    glossed = [(en, re.compile(r"[（(]" + re.escape(en) + r"[）)]"))
+               for en, entry in catalogue(language)["terms"].items() if "gloss" in entry]
+    out, count = [], dict.fromkeys((en for en, _ in glossed), 0)
+    for text in texts:
+        for sentence in re.split(r"[\n。！？；]", prose_of(text)):
+            here = {en: len(pattern.findall(sentence)) for en, pattern in glossed}
+            here = {en: n for en, n in here.items() if n}
+            if len(here) > 1:
+                out.append(f"{sentence.strip()[:60]!r}: glosses {', '.join(here)} in one sentence (one each)")
+            for en, n in here.items():
+                count[en] += n
+    out += [f"{en!r} is glossed {n} times: once, at its first use, then bare"
+            for en, n in count.items() if n > 1]
+    return out
+
+
 def _singular(word: str) -> str:
     if word == "children":
         return "child"
