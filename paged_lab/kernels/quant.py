@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 FP8_DTYPE = torch.float8_e4m3fn  # vLLM's fp8 KV dtype (``current_platform.fp8_dtype()`` on CUDA and CPU)
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0: e4m3fn has no infinity; past this torch gives NaN
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0, its largest finite number: e4m3fn has no infinity
 QUANTIZED_DTYPES = (FP8_DTYPE,)
 
 
