@@ -3,7 +3,7 @@
 A model whose layers all attend to the whole context has one group of every layer: one BlockManager,
 one block table per sequence, one KV tensor per layer. A model with sliding-window layers
 (``config.layer_types`` holds ``"sliding_attention"``) is split as vLLM splits it
-(``memory.hybrid.kv_cache_groups``): the Scheduler then drives a ``HybridBlockManager`` (one table per
+(``memory.layer_groups.kv_cache_groups``): the Scheduler then drives a ``HybridBlockManager`` (one table per
 group over one pool), every step has one ``AttentionMetadata`` per group (its own block tables and
 slot mapping; vLLM builds one per KV cache group too, ``_build_attention_metadata`` in
 ``vllm/v1/worker/gpu_model_runner.py``), each layer attends with its group's, and the pool holds one
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from paged_lab.kv_math import ModelSpec
 from paged_lab.memory import BlockManager
-from paged_lab.memory.hybrid import HybridBlockManager, KVCacheGroup, group_layers, kv_cache_groups
+from paged_lab.memory.hybrid import HybridBlockManager
+from paged_lab.memory.layer_groups import KVCacheGroup, group_layers, kv_cache_groups
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from paged_lab import kv_math
 from paged_lab.classroom.quiz import Choice, NumberQuestion, Question, Quiz, distinct_mistakes
-from paged_lab.memory.hybrid import KVCacheGroup
+from paged_lab.memory.layer_groups import KVCacheGroup
 from paged_lab.memory.sliding_window import window_prefix_hit
 
 
