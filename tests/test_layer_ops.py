@@ -67,6 +67,14 @@ def test_silu_mul_of_the_fused_gate_up_output(dtype, rows):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
 
+def test_silu_mul_refuses_gate_and_up_it_cannot_read():
+    gu = _rand(4, 2 * 64, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"gate \(4, 64\).*up \(4, 32\)"):
+        cpu_layer_ops.silu_mul(gu[:, :64], gu[:, 64:96])
+    with pytest.raises(ValueError, match="each row contiguous"):
+        cpu_layer_ops.silu_mul(gu[:, :64], gu[:, ::2])  # every other column: not one run per row
+
+
 def test_inside_a_compile_trace_the_torch_ops_run(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert not cpu_layer_ops.usable(torch.zeros(2, 2))
