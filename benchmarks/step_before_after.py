@@ -18,7 +18,8 @@ same tokens. ``--profile`` also prints cProfile's top functions of one run of ea
 per step: where per-layer work hides).
 
     git worktree add --detach /tmp/f0264ca f0264ca
-    .venv/bin/python benchmarks/step_before_after.py /tmp/f0264ca [--threads 2] [--repeats 5] [--profile]
+    .venv/bin/python benchmarks/step_before_after.py /tmp/f0264ca [--threads 2] [--repeats 5] [--profile] \
+        [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--dtype", default="float32", help="the model's dtype: float32 or bfloat16")
     ap.add_argument("--settings", default="32,8", help="max_num_seqs values to run (comma-separated)")
     ap.add_argument("--profile", action="store_true", help="also cProfile one run of each engine")
     ap.add_argument("--prefix-caching", choices=["on", "off"], default="on", help="on: LLM's default")
@@ -124,16 +126,17 @@ def main() -> int:
         raise SystemExit("--clock cpu needs --threads 1 (other threads' work would not be counted)")
     torch.set_num_threads(args.threads)
     before = load_before(args.checkout)
-    model, tok, _ = load_model("smollm2-135m", dtype="float32", device="cpu", progress=False)
+    model, tok, _ = load_model("smollm2-135m", dtype=args.dtype, device="cpu", progress=False)
     workload = bench_workload(tok, 32, 4)
-    print(f"torch {torch.__version__}, {args.threads} threads, fp32, block_size {args.block_size}, prefix "
-          f"caching {args.prefix_caching}, "
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.dtype}, block_size {args.block_size}, "
+          f"prefix caching {args.prefix_caching}, "
           f"{args.repeats} alternating runs per engine, {args.clock} clock; load average "
           f"{os.getloadavg()[0]:.2f} at the start")
     for max_num_seqs in (int(s) for s in args.settings.split(",")):
         engines, clocks = {}, {}
         for name, pkg in (("before", before), ("after", paged_lab)):
-            llm = pkg.engine.LLM(model, tokenizer=tok, block_size=args.block_size, max_num_seqs=max_num_seqs,
+            llm = pkg.engine.LLM(model, tokenizer=tok, dtype=args.dtype, block_size=args.block_size,
+                                 max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=4096,
                                  enable_prefix_caching=args.prefix_caching == "on",
                                  enforce_eager=True)

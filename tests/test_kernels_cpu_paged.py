@@ -139,6 +139,29 @@ def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
 
 
 @needs_kernel
+def test_decode_reads_the_fused_qkv_outputs_views_in_place():
+    """q, k and v as the engine hands them over: column slices of one [S, (H + 2 KVH) d] projection output,
+    their rows strided. The kernel reads them where they are and gives exactly what contiguous copies
+    give, caches included; a layout it cannot read (heads not side by side) is copied first."""
+    kv = random_paged_kv([5, 30, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=11)
+    qkv = torch.randn(3, (9 + 2 * 3) * 64, generator=torch.Generator().manual_seed(12))
+    q, k, v = (t.view(3, -1, 64) for t in qkv.split_with_sizes([9 * 64, 3 * 64, 3 * 64], dim=-1))
+    assert not q.is_contiguous() and cpu_paged._packed_heads(q).data_ptr() == q.data_ptr()  # no copy
+    slots = _slots_of_last_tokens(kv)
+    runs = []
+    for args in ((q, k, v), (q.contiguous(), k.contiguous(), v.contiguous()),
+                 (q.transpose(0, 1).contiguous().transpose(0, 1), k, v)):  # heads apart: copied
+        kc, vc = kv.k_cache.clone(), kv.v_cache.clone()
+        out = cpu_paged.decode(*args, kc, vc, slots, kv.block_tables, kv.context_lens, 0.125)
+        runs.append((out, kc, vc))
+    exact = dict(atol=0, rtol=0, equal_nan=True)
+    for out, kc, vc in runs[1:]:
+        torch.testing.assert_close(runs[0][0], out, **exact)
+        torch.testing.assert_close(runs[0][1], kc, **exact)
+        torch.testing.assert_close(runs[0][2], vc, **exact)
+
+
+@needs_kernel
 def test_one_long_context_spans_many_softmax_chunks():
     """4,000 tokens: the exp/sum loop runs 250 vector chunks; scores span a wide range."""
     kv = random_paged_kv([4000, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=5)

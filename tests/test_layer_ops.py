@@ -57,12 +57,22 @@ def test_rope_in_place_on_the_q_k_slices_is_the_torch_formula_to_the_bit(dtype, 
 @pytest.mark.parametrize("rows", [1, 4, 300])
 def test_silu_mul_of_the_fused_gate_up_output(dtype, rows):
     gu = _rand(rows, 2 * 1536, dtype=dtype) * 4  # well into both tails of SiLU
-    got, want = cpu_layer_ops.silu_mul(gu), F.silu(gu[:, :1536]) * gu[:, 1536:]
+    got, want = cpu_layer_ops.silu_mul(gu[:, :1536], gu[:, 1536:]), F.silu(gu[:, :1536]) * gu[:, 1536:]
+    # gate and up as tensors of their own (the two F.linear outputs of a long fp32 prefill): the same values
+    assert torch.equal(cpu_layer_ops.silu_mul(gu[:, :1536].contiguous(), gu[:, 1536:].contiguous()), got)
     if dtype == torch.bfloat16:
         assert (got != want).float().mean() < 0.01  # e^x's last bit may move a rounding, rarely
         torch.testing.assert_close(got.float(), want.float(), atol=0, rtol=2 ** -7)
     else:
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_silu_mul_refuses_gate_and_up_it_cannot_read():
+    gu = _rand(4, 2 * 64, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"gate \(4, 64\).*up \(4, 32\)"):
+        cpu_layer_ops.silu_mul(gu[:, :64], gu[:, 64:96])
+    with pytest.raises(ValueError, match="each row contiguous"):
+        cpu_layer_ops.silu_mul(gu[:, :64], gu[:, ::2])  # every other column: not one run per row
 
 
 def test_inside_a_compile_trace_the_torch_ops_run(monkeypatch):

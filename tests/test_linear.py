@@ -113,3 +113,25 @@ def test_bf16_panels_sum_in_fp32_and_round_once():
     x = torch.randn(2, 200).bfloat16()
     torch.testing.assert_close(cpu_gemm.matmul(x, lin.panels).float(), F.linear(x.float(), w16.float()),
                                atol=0, rtol=2 ** -7)
+
+
+def test_panels_start_on_a_2mb_boundary_advised_into_huge_pages(monkeypatch):
+    """Every whole 2 MB of a packed weight is advised into huge pages (MADV_HUGEPAGE) before it is written,
+    from a 2 MB boundary; the values are the panels' all the same. A weight under 2 MB is a plain tensor."""
+    advised = []
+
+    class Libc:
+        def madvise(self, addr, length, advice):
+            advised.append((addr.value, length.value, advice))
+            return 0
+
+    monkeypatch.setattr(cpu_gemm, "_libc", Libc())
+    w = torch.randn(3 * 1024, 576)  # 7 MB in fp32: three whole 2 MB pages and a tail
+    panels = cpu_gemm.pack(w)
+    assert panels.is_contiguous() and panels.shape == (3 * 1024 // 16, 576, 16)
+    assert torch.equal(panels, w.reshape(-1, 16, 576).transpose(1, 2))
+    assert advised == [(panels.data_ptr(), 3 * cpu_gemm.HUGE_PAGE, cpu_gemm.MADV_HUGEPAGE)]
+    assert panels.data_ptr() % cpu_gemm.HUGE_PAGE == 0
+    w_small = torch.randn(64, 576)  # 147 KB: no advice
+    small = cpu_gemm.pack(w_small)
+    assert len(advised) == 1 and torch.equal(small, w_small.reshape(-1, 16, 576).transpose(1, 2))

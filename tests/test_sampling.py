@@ -57,3 +57,11 @@ def test_defaults_and_stop_string_normalisation():
     sp = SamplingParams(stop="\n")
     assert sp.stop == ["\n"] and sp.n == 1 and sp.max_tokens == 16 and not sp.greedy
     assert SamplingParams(temperature=0).greedy
+
+
+def test_greedy_rows_take_the_first_of_tied_maxima_as_argmax_does():
+    logits = torch.randn(3, 1000, generator=torch.Generator().manual_seed(0))
+    logits[:, [17, 400, 999]] = logits.max() + 1  # three tied maxima in every row
+    logits[2, 3] = float("nan")  # a NaN row: argmax picks the NaN
+    got = sample(logits, [SamplingParams(temperature=0)] * 3, [None] * 3)
+    assert got == torch.argmax(logits, dim=-1).tolist() == [17, 17, 3]

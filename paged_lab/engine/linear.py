@@ -109,7 +109,9 @@ class Linear:
         y = self._packed_matmul(x)
         if y is None:
             return tuple(F.linear(x, w, b) for w, b in zip(self.weights, self.biases))
-        return (y,) if len(self.sizes) == 1 else y.split(self.sizes, dim=-1)
+        # split_with_sizes is the op Tensor.split calls; called directly it skips torch's Python wrapper
+        # (4.6 -> 2.1 us at 4 rows, twice per layer)
+        return (y,) if len(self.sizes) == 1 else y.split_with_sizes(self.sizes, dim=-1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [..., in_features] -> [..., out_features] (the parts side by side)."""

@@ -39,7 +39,9 @@ def filter_probs(logits: torch.Tensor, temperature: float, top_k: int = 0,
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None]) -> list[int]:
     """One token per row of ``logits`` [num_rows, vocab]; ``params[i]``/``generators[i]`` belong to row i."""
-    tokens = torch.argmax(logits, dim=-1)  # [num_rows]; kept for the greedy rows
+    # [num_rows]; kept for the greedy rows. The argmax, as max's indices: the same first maximal index
+    # (both documented so), and torch's CPU max reduction took a third of argmax's time on [4, 49152] rows
+    tokens = logits.max(dim=-1).indices
     for i, p in enumerate(params):
         if p.greedy:
             continue

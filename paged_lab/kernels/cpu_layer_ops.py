@@ -25,7 +25,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
     lib.rms_norm.argtypes = [p, p, p, n, n, ctypes.c_float, i, i]
     lib.rope.argtypes = [p, n, n, p, n, n, p, p, n, n, i, i]
-    lib.silu_mul.argtypes = [p, p, n, n, i, i]
+    lib.silu_mul.argtypes = [p, n, p, n, p, n, n, i, i]
     for f in (lib.rms_norm, lib.rope, lib.silu_mul):
         f.restype = None
 
@@ -69,9 +69,14 @@ def rope_usable(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
             and cos.is_contiguous() and cos.dtype == q.dtype == k.dtype)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up ``[rows, 2n]`` (gate, then up; contiguous) -> silu(gate) * up ``[rows, n]``."""
-    rows, n = gate_up.shape[0], gate_up.shape[1] // 2
-    out = torch.empty(rows, n, dtype=gate_up.dtype)
-    _lib().silu_mul(gate_up.data_ptr(), out.data_ptr(), rows, n, _bf16(gate_up), torch.get_num_threads())
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gate, up ``[rows, n]`` -> silu(gate) * up ``[rows, n]``. Each may be a column slice of one fused
+    gate/up output (its rows strided) or a tensor of its own: each row's n values contiguous."""
+    rows, n = gate.shape
+    if up.shape != gate.shape or up.dtype != gate.dtype or gate.stride(1) != 1 or up.stride(1) != 1:
+        raise ValueError(f"gate {tuple(gate.shape)} {gate.dtype} and up {tuple(up.shape)} {up.dtype}: "
+                         "silu_mul needs the same shape and dtype, each row contiguous")
+    out = torch.empty(rows, n, dtype=gate.dtype)
+    _lib().silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), out.data_ptr(), rows, n,
+                    _bf16(gate), torch.get_num_threads())
     return out

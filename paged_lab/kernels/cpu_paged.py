@@ -163,7 +163,7 @@ class CLibrary:
 def _declare(lib: ctypes.CDLL) -> None:
     p, n, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
     lib.paged_decode.restype = lib.paged_prefill.restype = ctypes.c_int
-    lib.paged_decode.argtypes = [p, p, p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
+    lib.paged_decode.argtypes = [p, n, p, n, p, n, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
     lib.paged_prefill.argtypes = [p, p, p, p, p, n, p, n, n, n, n, n, ctypes.c_float, p, i, i]
 
 
@@ -216,25 +216,35 @@ def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
 
+def _packed_heads(t: torch.Tensor) -> torch.Tensor:
+    """t ``[rows, heads, d]`` with each row's heads side by side (``heads * d`` contiguous numbers), its rows
+    any stride apart: a column slice of the fused q/k/v output passes as it is, anything else is copied."""
+    return t if t.stride(2) == 1 and (t.shape[1] == 1 or t.stride(1) == t.shape[2]) else t.contiguous()
+
+
 def decode(q, k, v, k_cache, v_cache, slots, tables, lens, scale: float) -> torch.Tensor:
     """The C decode kernel, which the ``"cpu"`` backend runs for both its decode and its store_and_decode.
 
     Store k/v (``[S, kv_heads, d]``) at ``slots`` (int64 ``[S]``, negative: not stored; None: store
     nothing), then attend q ``[S, H, d]`` over ``tables`` (int64 ``[S, max_blocks]``) up to ``lens``
-    (int64 ``[S]``, the new token included) -> ``[S, H, d]``. The arguments must already have passed
-    the checks (``kernels.checks``) and :func:`usable`: the C code trusts every index."""
+    (int64 ``[S]``, the new token included) -> ``[S, H, d]``. q, k and v may be the views the q/k/v
+    projection's one output is split into (their rows strided): the kernel reads them in place. The
+    arguments must already have passed the checks (``kernels.checks``) and :func:`usable`: the C code
+    trusts every index."""
     S, H, d = q.shape
     dtype = q.dtype
-    q, out = _contiguous_q_and_out(q)
+    q = _packed_heads(q.to(torch.float32))
+    out = torch.empty(S, H, d)  # fp32, contiguous: the kernel writes packed rows
     if S == 0:
         return out.to(dtype)
     tables, lens = tables.to(torch.long).contiguous(), lens.to(torch.long).contiguous()
     if slots is not None:
         # stored as the cache holds them
-        k, v = k.to(k_cache.dtype).contiguous(), v.to(k_cache.dtype).contiguous()
+        k, v = _packed_heads(k.to(k_cache.dtype)), _packed_heads(v.to(k_cache.dtype))
         slots = slots.to(torch.long).contiguous()
     rc = _lib().paged_decode(
-        q.data_ptr(), 0 if slots is None else k.data_ptr(), 0 if slots is None else v.data_ptr(),
+        q.data_ptr(), q.stride(0), 0 if slots is None else k.data_ptr(), 0 if slots is None else k.stride(0),
+        0 if slots is None else v.data_ptr(), 0 if slots is None else v.stride(0),
         k_cache.data_ptr(), v_cache.data_ptr(), 0 if slots is None else slots.data_ptr(), tables.data_ptr(),
         tables.shape[1], lens.data_ptr(), S, H, k_cache.shape[2], d, k_cache.shape[1], scale, out.data_ptr(),
         torch.get_num_threads(), int(k_cache.dtype == torch.bfloat16))

@@ -11,8 +11,8 @@
  * A multiply and an add stay a multiply and an add (no FMA contraction), and bf16 values are rounded
  * (to nearest even) wherever the torch code rounds: after every op. So fp32 results differ from torch's
  * only in the mean's summation order, rsqrt's last bit and e^x (about 1e-7 relative).
- * Layouts: contiguous rows, except q and k for rope (a row stride: they are column slices of the fused
- * q/k/v output) and gate_up ([rows, 2n]: gate, then up). dtype flag bf16: 0 = fp32, 1 = bf16. Rows go
+ * Layouts: contiguous rows, except q and k for rope and gate and up for silu_mul (a row stride: they
+ * may be column slices of the fused q/k/v or gate/up output). dtype flag bf16: 0 = fp32, 1 = bf16. Rows go
  * to OpenMP threads (torch's pool) when there are many (a prefill).
  */
 #pragma GCC optimize("fp-contract=off") /* a * b + c stays a multiply and an add, as in torch */
@@ -105,11 +105,14 @@ static inline __m512 silu(__m512 g) {
     return _mm512_div_ps(_mm512_mask_mul_ps(g, neg, g, e), den);
 }
 
-void silu_mul(const void *gate_up, void *out, long rows, long n, int bf16, int threads) {
+/* gate and up: [rows, n] each, rows `gate_stride` / `up_stride` elements apart (the two halves of one
+ * fused gate/up output, or two separate outputs); out [rows, n] contiguous */
+void silu_mul(const void *gate, long gate_stride, const void *up, long up_stride, void *out, long rows, long n,
+              int bf16, int threads) {
     #pragma omp parallel for MANY_ROWS(rows, n)
     for (long r = 0; r < rows; r++)
         for (long i = 0; i < n; i += 16) {
-            __m512 g = load16(gate_up, r * 2 * n + i, n - i, bf16), u = load16(gate_up, r * 2 * n + n + i, n - i, bf16);
+            __m512 g = load16(gate, r * gate_stride + i, n - i, bf16), u = load16(up, r * up_stride + i, n - i, bf16);
             store16(out, r * n + i, _mm512_mul_ps(rnd(silu(g), bf16), u), n - i, bf16);
         }
 }

@@ -11,7 +11,8 @@
  *   out[g]       = sum_t p[g, t] V[t] / sum_t p[g, t]
  * vectorized with AVX-512 over head_dim (a multiple of 16); sequences (split by KV heads when there are
  * fewer sequences than threads) go to OpenMP threads (torch's own libgomp, so one thread pool).
- * Layouts (all contiguous):
+ * Layouts (all contiguous, except the rows of paged_decode's q, k_new and v_new: row s starts at
+ * s * q_stride / k_stride / v_stride elements, as when they are column slices of the fused q/k/v output):
  *   q, out [S, H, D] fp32; k_new, v_new [S, KVH, D] and caches [num_blocks, block_size, KVH, D] in the
  *   cache's dtype: fp32, or bf16 (kv_bf16 = 1: widened to fp32 as it is read, all math in fp32);
  *   slots int64 [S] (negative: not stored; NULL: store nothing); tables int64 [S, max_blocks];
@@ -117,16 +118,18 @@ static int bad_shape(long H, long kvh, long D, long bs) {
 /* Both return 0, or -1 for shapes they do not take (D not a multiple of 16 or over 256, H not a
  * multiple of KVH, more than 64 query heads per KV head) or a failed allocation; the caller checks the
  * rest (tables, lengths and slots in range). */
-int paged_decode(const float *q, const void *k_new, const void *v_new, void *k_cache, void *v_cache,
-                 const long *slots, const long *tables, long max_blocks, const long *lens, long S, long H,
-                 long kvh, long D, long bs, float scale, float *out, int threads, int kv_bf16) {
+int paged_decode(const float *q, long q_stride, const void *k_new, long k_stride, const void *v_new,
+                 long v_stride, void *k_cache, void *v_cache, const long *slots, const long *tables,
+                 long max_blocks, const long *lens, long S, long H, long kvh, long D, long bs, float scale,
+                 float *out, int threads, int kv_bf16) {
     if (bad_shape(H, kvh, D, bs)) return -1;
-    long row = kvh * D, row_bytes = row * (kv_bf16 ? 2 : 4);
+    if (S < 1) return 0;
+    long elem = kv_bf16 ? 2 : 4, row_bytes = kvh * D * elem;
     if (slots)
         for (long s = 0; s < S; s++)
             if (slots[s] >= 0) {
-                memcpy((char *)k_cache + slots[s] * row_bytes, (const char *)k_new + s * row_bytes, row_bytes);
-                memcpy((char *)v_cache + slots[s] * row_bytes, (const char *)v_new + s * row_bytes, row_bytes);
+                memcpy((char *)k_cache + slots[s] * row_bytes, (const char *)k_new + s * k_stride * elem, row_bytes);
+                memcpy((char *)v_cache + slots[s] * row_bytes, (const char *)v_new + s * v_stride * elem, row_bytes);
             }
     long max_ctx = 1;
     for (long s = 0; s < S; s++) max_ctx = lens[s] > max_ctx ? lens[s] : max_ctx;
@@ -141,7 +144,7 @@ int paged_decode(const float *q, const void *k_new, const void *v_new, void *k_c
     for (long task = 0; task < S * parts; task++) {
         long s = task / parts, part = task % parts;
         float *scores = buf + omp_get_thread_num() * per;
-        attend(D, kv_bf16, q + s * H * D, H, kvh, part * kvh / parts, (part + 1) * kvh / parts, k_cache, v_cache,
+        attend(D, kv_bf16, q + s * q_stride, H, kvh, part * kvh / parts, (part + 1) * kvh / parts, k_cache, v_cache,
                tables + s * max_blocks, lens[s], bs, scale, out + s * H * D, scores, scores + H * max_ctx,
                scores + H * max_ctx + H);
     }
