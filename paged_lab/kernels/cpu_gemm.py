@@ -19,6 +19,7 @@ Built on first use like :mod:`~paged_lab.kernels.cpu_paged` (same cache folder a
 from __future__ import annotations
 
 import ctypes
+import mmap
 import sys
 from pathlib import Path
 
@@ -66,12 +67,15 @@ _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") el
 
 def empty_in_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised contiguous tensor that starts on a 2 MB boundary, its memory advised into 2 MB pages
-    (every whole 2 MB of it; the tail under 2 MB stays in 4 KB pages, so no page is held half unused). The
-    extra 2 MB allocated for the alignment is never written, so it never takes memory."""
+    (every whole 2 MB of it; the tail under 2 MB stays in 4 KB pages, so no page is held half unused). It
+    lives in its own anonymous mapping (``mmap``; the tensor keeps the mapping alive), so the extra 2 MB
+    taken for the alignment is never touched and never resident (a malloc'd buffer may reuse heap pages
+    that already are: that cost notebook 07 about 60 MB)."""
     nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
     if _libc is None or nbytes < HUGE_PAGE:
         return torch.empty(shape, dtype=dtype)
-    buf = torch.empty(nbytes + HUGE_PAGE, dtype=torch.uint8)  # large: fresh pages straight from mmap
+    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # untouched
+    buf = torch.frombuffer(mapping, dtype=torch.uint8)
     start = -buf.data_ptr() % HUGE_PAGE
     out = buf[start:start + nbytes].view(dtype).view(shape)
     _libc.madvise(ctypes.c_void_p(out.data_ptr()), ctypes.c_size_t(nbytes // HUGE_PAGE * HUGE_PAGE),
