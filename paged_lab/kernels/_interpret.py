@@ -1,4 +1,5 @@
-"""Load the Triton kernels lazily, under Triton's interpreter when there is no CUDA GPU.
+"""Load the Triton kernels lazily, under Triton's interpreter when there is no CUDA GPU, and say which
+caches they can take before loading them (:func:`triton_unsupported`, the dispatch's question).
 
 ``@triton.jit`` decides at decoration time whether a function is compiled or interpreted, by
 reading ``TRITON_INTERPRET``. That includes triton's own ``tl.cdiv``, ``tl.sum``, ``tl.max``...,
@@ -15,7 +16,11 @@ import os
 import sys
 from types import ModuleType
 
+from paged_lab.kernels.quant import is_quantized
+
 _ENV = "TRITON_INTERPRET"
+TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # what the Triton kernels are written and tested for
+TRITON_HEAD_DIMS = (64, 128)
 
 
 def cuda_available() -> bool:
@@ -64,3 +69,23 @@ def _raise_not_interpreted():
         f"({_ENV}={os.environ.get(_ENV)!r} now). Set {_ENV}=1 before triton is first imported (e.g. import "
         f"paged_lab.kernels first, or export {_ENV}=1 in the shell), or use backend='torch'."
     )
+
+
+def triton_unsupported(k_cache, v_cache, q=None) -> str | None:
+    """Why the Triton kernels cannot take this cache, or None when they can."""
+    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
+    if is_quantized(k_cache.dtype):
+        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
+                f"the torch backend dequantizes fp8)")
+    if block_size not in TRITON_BLOCK_SIZES:
+        return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
+    if head_dim not in TRITON_HEAD_DIMS:
+        return f"head_dim {head_dim} (the Triton kernels support {TRITON_HEAD_DIMS})"
+    if k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
+        return (
+            f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need head_dim "
+            f"contiguous and both caches laid out alike; pass .contiguous() caches)"
+        )
+    if k_cache.is_cuda and triton_available():  # the GPU itself (older than sm_75: not checked)
+        return load_kernels(k_cache.device.type).unsupported_reason(k_cache.dtype, k_cache.device)
+    return None

@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from paged_lab.kernels import checks, cpu_paged, quant, reference, torch_paged
+from paged_lab.kernels import checks, cpu_paged, reference, torch_paged
+from paged_lab.kernels._interpret import TRITON_BLOCK_SIZES as TRITON_BLOCK_SIZES  # (re-exported)
+from paged_lab.kernels._interpret import TRITON_HEAD_DIMS as TRITON_HEAD_DIMS
 from paged_lab.kernels._interpret import load_kernels, triton_available
-
-TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
-TRITON_HEAD_DIMS = (64, 128)
+from paged_lab.kernels._interpret import triton_unsupported as _triton_unsupported
 
 
 # ---------------------------------------------------------------------------------- the backends
@@ -76,26 +76,6 @@ def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables,
 
 def _triton(k_cache):
     return load_kernels(k_cache.device.type)
-
-
-def _triton_unsupported(k_cache, v_cache, q=None) -> str | None:
-    """Why the Triton kernels cannot take this cache, or None when they can."""
-    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
-    if quant.is_quantized(k_cache.dtype):
-        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
-                f"the torch backend dequantizes fp8)")
-    if block_size not in TRITON_BLOCK_SIZES:
-        return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
-    if head_dim not in TRITON_HEAD_DIMS:
-        return f"head_dim {head_dim} (the Triton kernels support {TRITON_HEAD_DIMS})"
-    if k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
-        return (
-            f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need head_dim "
-            f"contiguous and both caches laid out alike; pass .contiguous() caches)"
-        )
-    if k_cache.is_cuda and triton_available():  # the GPU itself (older than sm_75: not checked)
-        return _triton(k_cache).unsupported_reason(k_cache.dtype, k_cache.device)
-    return None
 
 
 @dataclass(frozen=True)
