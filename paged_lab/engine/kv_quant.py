@@ -110,12 +110,14 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
 
 def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_tokens: int = 32,
                             dtype: Any = "float32", tokenizer: Any = None, block_size: int = 16,
-                            attention_backend: str = "torch", chat: bool = True) -> KVDtypeReport:
+                            attention_backend: str = "torch", chat: bool = True,
+                            cpu_prepack: bool | None = None) -> KVDtypeReport:
     """Run ``prompts`` (default: :data:`DEFAULT_PROMPTS`) greedily through an fp8-cache engine and a
     model-dtype one and compare them (see the module docstring). ``model``: a name for
     ``models.load_model`` or a loaded transformers model (then pass ``tokenizer``); ``chat``: send each
-    prompt inside the tokenizer's chat template, as notebook 07 does. About 20 s for the default set on
-    a laptop CPU (SmolLM2-135M, fp32)."""
+    prompt inside the tokenizer's chat template, as notebook 07 does; ``cpu_prepack``: the engines' (``LLM``;
+    False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). About 20 s for the
+    default set on a laptop CPU (SmolLM2-135M, fp32)."""
     t0 = time.perf_counter()
     hf_model, tokenizer, name = _load(model, tokenizer, dtype)
     prompts = tuple(DEFAULT_PROMPTS if prompts is None else prompts)
@@ -125,7 +127,8 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
     lengths = [len(tokenizer(t).input_ids) for t in texts]
     num_blocks = sum(cdiv(n + max_tokens, block_size) for n in lengths)  # every prompt at once, no preemption
     engines = {kind: LLM(hf_model, tokenizer=tokenizer, dtype=dtype, kv_cache_dtype=kind,
-                         block_size=block_size, num_kv_blocks=num_blocks, attention_backend=attention_backend)
+                         block_size=block_size, num_kv_blocks=num_blocks, attention_backend=attention_backend,
+                         cpu_prepack=cpu_prepack)
                for kind in ("auto", "fp8")}
     greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)  # equal lengths
     outs = {kind: llm.generate(texts, greedy, use_tqdm=False) for kind, llm in engines.items()}

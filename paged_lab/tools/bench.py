@@ -176,8 +176,12 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
               threads: int | None = None,
               methods: tuple[str, ...] = METHODS, num_requests: int = 32, num_long: int = 4,
               long_tokens: int = 128, progress: bool = True, loaded=None,
-              enforce_eager: bool = True) -> BenchReport:
+              enforce_eager: bool = True, cpu_prepack: bool | None = None) -> BenchReport:
     """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike).
+
+    cpu_prepack: passed to paged_lab's ``LLM`` (None: its default, a packed copy of the weights on CPU;
+    False: the model's own tensors, as an engine built with ``cpu_prepack=False`` over ``loaded`` has them,
+    so the two share one runner instead of holding two).
 
     enforce_eager=False: paged_lab compiles its decode steps first (``LLM(enforce_eager=False)``); the
     compile time is start-up, outside the timed runs, as vLLM's is. That compiler path is CPU-only: on a
@@ -200,7 +204,7 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     num_kv_blocks = 2 * batch_size * cdiv(longest, 16)
     on_cpu = next(model.parameters()).device.type == "cpu"
     llm = (LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
-               enforce_eager=enforce_eager or not on_cpu, compile_progress=progress)
+               enforce_eager=enforce_eager or not on_cpu, compile_progress=progress, cpu_prepack=cpu_prepack)
            if "paged_lab" in methods else None)
     if llm is not None:
         report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
