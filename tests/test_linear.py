@@ -97,6 +97,16 @@ def test_the_c_matmul_packs_panels_of_16_outputs_and_refuses_what_it_cannot_take
 
 
 @needs_c_matmul
+def test_several_weights_pack_into_their_own_panels_as_if_stacked():
+    """q/k/v packed one after the other, each straight into its panels, equal the panels of the stacked
+    weight (no stacked copy is made); a part whose outputs are not a multiple of 16 is refused."""
+    ws = [torch.randn(n, 24, generator=torch.Generator().manual_seed(n)) for n in (48, 16, 32)]
+    assert torch.equal(cpu_gemm.pack(ws), cpu_gemm.pack(torch.cat(ws)))
+    lin = Linear([torch.zeros(8, 24), torch.zeros(8, 24)], prepack=True)  # 16 stacked, 8 each: oneDNN
+    assert lin.panels is None and lin.packed is not None
+
+
+@needs_c_matmul
 def test_bf16_panels_sum_in_fp32_and_round_once():
     """bf16 weights are widened exactly and summed in fp32: the result is the fp32 product rounded to bf16
     once (to within one bf16 step where the fp32 sums differ in order); prefills run oneDNN's copy."""
