@@ -37,9 +37,11 @@ def test_the_pool_messages_name_the_limit():
     sched = Scheduler(BlockManager(2, 4), max_num_seqs=1)
     inputs = InputProcessor(tokenizer=None, vocab_size=10, max_model_len=1000, scheduler=sched)
     with pytest.raises(ValueError,
-                       match=r"prompt has 9 tokens but the whole KV pool holds 8 \(2 blocks x 4\)"):
+                       match=r"prompt has 9 tokens but one sequence can hold at most 8 "
+                             r"\(num_blocks=2 x block_size=4\)"):
         inputs.process({"prompt_token_ids": [1] * 9}, None)
-    with pytest.raises(ValueError, match=r"prompt \(5 tokens\) \+ max_tokens \(5\) needs 3 KV blocks but the "
-                                         r"pool has 2; lower max_tokens"):
+    with pytest.raises(ValueError, match=r"prompt \(5 tokens\) \+ max_tokens \(5\) needs up to 9 KV slots "
+                                         r"but one sequence can hold at most 8 "
+                                         r"\(num_blocks=2 x block_size=4\); lower max_tokens to <= 4"):
         inputs.process({"prompt_token_ids": [1] * 5}, SamplingParams(max_tokens=5))
     assert sched.never_fits(5, 4) is None  # 5 + 4 - 1 = 8 slots: exactly the pool

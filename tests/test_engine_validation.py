@@ -23,7 +23,7 @@ GOOD = {"prompt_token_ids": [504, 3575, 282, 4649, 314]}
     ({"prompt_token_ids": []}, SamplingParams(), r"prompts\[1\]: prompt is empty"),
     ({"prompt_token_ids": [1] * 64}, SamplingParams(), r"prompts\[1\].*max_model_len\) is 64"),
     ({"prompt_token_ids": [1] * 20}, SamplingParams(max_tokens=16),
-     r"prompts\[1\].*max_tokens \(16\) needs 9 KV blocks.* 8"),
+     r"prompts\[1\].*max_tokens \(16\) needs up to 35 KV slots.* at most 32"),
     ({"prompt_token_ids": [7, 49152]}, SamplingParams(), r"prompts\[1\].*outside \[0, 49152\)"),
     ({"tokens": [1, 2]}, SamplingParams(), "prompt_token_ids"),
 ])
@@ -37,7 +37,7 @@ def test_bad_request_raises_and_nothing_runs(llm, prompt, params, match):
 def test_prompt_longer_than_the_whole_pool(smollm2):
     model, tok, _ = smollm2
     llm = LLM(model, tokenizer=tok, block_size=4, num_kv_blocks=2)
-    with pytest.raises(ValueError, match=r"prompt has 9 tokens but the whole KV pool holds 8"):
+    with pytest.raises(ValueError, match=r"prompt has 9 tokens but one sequence can hold at most 8"):
         llm.generate({"prompt_token_ids": list(range(1, 10))}, use_tqdm=False)
 
 

@@ -111,6 +111,19 @@ def test_what_layer_groups_cannot_run_is_refused(tiny, kw, match):
         LLM(swa, tokenizer=tok, block_size=16, num_kv_blocks=8, **kw)
 
 
+def test_a_prompt_past_what_the_groups_share_names_their_limit(tiny):
+    """With layer groups one sequence holds less than the whole pool (each group takes blocks of it): the
+    engine's check says how many slots, and why, before anything runs."""
+    _, swa, tok = tiny
+    llm = LLM(swa, tokenizer=tok, block_size=4, num_kv_blocks=8)
+    cap = llm.scheduler.max_slots_per_seq
+    assert cap < 8 * 4  # the window group keeps blocks of its own: not the whole pool's 32 slots
+    with pytest.raises(ValueError, match=rf"prompt has {cap + 1} tokens but one sequence can hold at most "
+                                         rf"{cap} \(num_blocks=8 x block_size=4 shared by 2 layer groups\)"):
+        llm.generate({"prompt_token_ids": [5] * (cap + 1)}, use_tqdm=False)
+    assert llm.block_manager.num_free_blocks == 8 and llm.stats()["num_steps"] == 0
+
+
 def test_the_pool_is_sized_per_group_as_vllm_sizes_it(tiny):
     """kv_cache_memory buys blocks of one page per layer position in a group, not one per layer."""
     llama, swa, tok = tiny

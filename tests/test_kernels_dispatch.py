@@ -190,7 +190,8 @@ def test_under_auto_a_failing_backend_falls_back_per_call_and_is_counted(kv, mon
     first = resolve_backend("auto", kv.k_cache, kv.v_cache, torch.randn(2, 9, 64))
     if first == "torch":  # nothing to fall back from on this machine: make "auto" list the reference first
         monkeypatch.setattr(dispatch, "_candidates",
-                            lambda b, kc, vc, q=None: ["reference", "torch"] if b == "auto" else [b])
+                            lambda b, kc, vc, q=None, sliding_window=None:
+                            ["reference", "torch"] if b == "auto" else [b])
         first = "reference"
     args = _decode_args(kv)
     want = paged_attention_decode(**args, backend="torch")

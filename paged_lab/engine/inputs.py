@@ -16,7 +16,6 @@ from paged_lab import kernels
 from paged_lab._checks import check_int
 from paged_lab.engine.parallel_sampling import PARALLEL_SAMPLING
 from paged_lab.engine.params import SamplingParams
-from paged_lab.kv_math import cdiv
 from paged_lab.sched import Scheduler
 
 # One checked request: (its text or None, its prompt token ids, its SamplingParams).
@@ -73,18 +72,20 @@ class InputProcessor:
         return text, ids, sp
 
     def _check_fits_pool(self, where: str, num_prompt_tokens: int, max_tokens: int) -> None:
-        """The Scheduler's pool-fit rule, worded in KV blocks: the prompt, and prompt + max_tokens - 1,
-        must fit in the whole pool, or the request could never be admitted."""
+        """The Scheduler's pool-fit rule: the prompt, and prompt + max_tokens - 1, must fit in the slots one
+        sequence can hold (the whole pool; with layer groups, what the groups' share of it allows), or the
+        request could never be admitted. The message names the allocator's own reason for that limit."""
         sched = self.scheduler
         arg = sched.never_fits(num_prompt_tokens, max_tokens)
+        cap, why = sched.max_slots_per_seq, sched.allocator.max_slots_per_seq_reason
         if arg == "prompt_token_ids":
-            raise ValueError(f"{where}: prompt has {num_prompt_tokens} tokens but the whole KV pool holds "
-                             f"{sched.max_slots_per_seq} ({sched.num_blocks} blocks x {sched.block_size})")
+            raise ValueError(f"{where}: prompt has {num_prompt_tokens} tokens but one sequence can hold at "
+                             f"most {cap} ({why})")
         if arg == "max_tokens":
-            need = cdiv(num_prompt_tokens + max_tokens - 1, sched.block_size)
             raise ValueError(
-                f"{where}: prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) needs {need} KV "
-                f"blocks but the pool has {sched.num_blocks}; lower max_tokens or enlarge the pool")
+                f"{where}: prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) needs up to "
+                f"{num_prompt_tokens + max_tokens - 1} KV slots but one sequence can hold at most {cap} "
+                f"({why}); lower max_tokens to <= {cap - num_prompt_tokens + 1} or enlarge the pool")
 
     def _tokenize(self, where: str, prompt) -> tuple[str | None, list[int]]:
         """(text or None, token ids) of a string prompt or a ``{"prompt_token_ids": [...]}`` dict."""
