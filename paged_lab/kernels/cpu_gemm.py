@@ -87,8 +87,8 @@ def pack(weights: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
     """``[N, K]``, or several weights with one K stacked (q/k/v), -> panels ``[sum(N) / 16, K, 16]``:
     panel p holds outputs 16p..16p+15, input k's 16 weights side by side (a copy, in 2 MB pages where Linux
     gives them: the transformers tensors stay as they are). Each weight goes straight into its own panels,
-    with no stacked ``torch.cat`` copy in between: freed, such copies stayed in the heap, resident (about
-    125 MB of notebook 07's peak)."""
+    with no stacked ``torch.cat`` copy in between: freed, such copies stayed in the heap, resident (building
+    SmolLM2's runner peaked at 1,668 MiB with them, 1,536 without)."""
     parts = [weights] if isinstance(weights, torch.Tensor) else list(weights)
     k = parts[0].shape[1]
     panels = empty_in_huge_pages((sum(w.shape[0] for w in parts) // PANEL, k, PANEL), parts[0].dtype)
