@@ -5,6 +5,7 @@
                                           # breaks the term table (TERM), or a committed zh-TW notebook
                                           # differs from what this writes
     python scripts/build_zh.py --stale    # list stale and missing cells with their English text (translators)
+    python scripts/build_zh.py --terms    # print the term table (translators; never shown to learners)
 
 One source, two languages: the code cells of a zh-TW notebook are the English notebook's, copied. Only
 the markdown cells are translated, in ``notebooks/i18n/zh-TW/<english stem>.json``:
@@ -20,7 +21,8 @@ no longer matches and ``--check`` names the cell (STALE). The generator also
 - points the Binder/Colab badges at the zh-TW notebook, links between notebooks at the zh-TW twins,
   other relative links (``../docs/...``) one folder up, and adds a link to the English original;
 - fills ``{{series-table}}`` in the index's translation with the series table read from the zh-TW
-  notebooks themselves (titles and "你會學到" bullets), and ``{{term-table}}`` with the term table.
+  notebooks themselves (titles and "你會學到" bullets). The term table is the translators' (``--terms``):
+  its 「不寫成」 column lists the words to avoid, which a learner should never read, so no notebook shows it.
 
 One rendering per term: ``paged_lab/viz/locale/zh-TW.json``'s ``"terms"`` (English term → the one
 Chinese rendering, its gloss, the variants it replaces) and ``"plurals"``; ``--check`` reports every
@@ -55,7 +57,6 @@ NOTEBOOKS = ROOT / "notebooks"
 CATALOGUE = NOTEBOOKS / "i18n" / LANG
 OUT = NOTEBOOKS / LANG
 TABLE_PLACEHOLDER = "{{series-table}}"
-TERMS_PLACEHOLDER = "{{term-table}}"  # the index's closing note: the term table, read from the catalogue
 GOALS_HEADING = "你會學到"
 SWITCH = (
     "\n\nimport paged_lab.viz.i18n\n\n"
@@ -242,8 +243,6 @@ def generate(english: Path, twins: set[str], zh_series: dict[str, dict] | None =
             text = entry.get("zh") or source
             if entry.get("zh") and (english.name, cell["id"]) in NUMBERS_FROM_ENGLISH:
                 text = with_english_numbers(text, source, f"{english.name} cell {cell['id']}")
-            if TERMS_PLACEHOLDER in text:
-                text = text.replace(TERMS_PLACEHOLDER, term_table())
             if TABLE_PLACEHOLDER in text:
                 series = [p for p in english_notebooks() if not p.name.startswith("00_")]
                 rows = [(p, (zh_series or {}).get(p.name)) for p in series]
@@ -428,7 +427,12 @@ def main(argv: list[str] | None = None) -> int:
                       help="list stale and missing cells with their English text")
     mode.add_argument("--strings", action="store_true",
                       help="list quiz texts paged_lab/viz/locale/zh-TW.json lacks")
+    mode.add_argument("--terms", action="store_true",
+                      help="print the term table (for translators; no notebook shows it)")
     args = parser.parse_args(argv)
+    if args.terms:
+        print(term_table())
+        return 0
     if args.strings:
         missing = untranslated_strings()
         for name, text in missing:

@@ -19,6 +19,7 @@ from scriptkit import load_script
 
 from paged_lab.classroom import glossary
 from paged_lab.classroom.glossary import TERMS, lookup, table
+from paged_lab.viz import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_"))
@@ -59,8 +60,13 @@ def test_every_term_is_complete_and_unique():
 
 
 def test_the_one_metaphor_mapping():
-    assert (lookup("slot").story, lookup("slot").story_zh) == ("locker", "一格")
-    assert lookup("block").story_zh == "頁" and "row of lockers" in lookup("block").story
+    """The story's own sentence: a locker is a page, a block
+    (「一格「頁」（block）可以放固定數量的 token，例如 16 個」); a place inside a locker is a slot.
+    No row of lockers is a block, and the story has no block_size 1."""
+    assert (lookup("block").story, lookup("block").story_zh) == ("a locker: one page", "一格「頁」")
+    assert lookup("slot").story == "a place in a locker" and lookup("slot").story_zh == "格裡的一個位置"
+    assert "16" in lookup("block_size").story
+    assert "block_size 1" not in glossary.__doc__ and "「一格等於一頁」" in glossary.__doc__
     assert (lookup("block table").story, lookup("block table").story_zh) == ("Ah-Ye's lookup table",
                                                                              "阿頁的對照表")
 
@@ -83,11 +89,17 @@ def test_docs_keep_the_one_metaphor(doc):
 
 
 def test_metaphor_check_can_fail():
-    text = "The lockers (KV blocks) and their ledger; a ticket lists them; Ah-Ye's notebook; one page (slot)."
+    text = "The lockers (KV slots) and their ledger; a ticket lists them; Ah-Ye's notebook; one page (slot)."
     found = glossary.metaphor_problems(text)
-    assert len(found) == 5 and any("a locker is one slot" in p for p in found)
+    assert len(found) == 5 and any("a locker is a page (a block), not a slot" in p for p in found)
     assert "'ledger': say Ah-Ye's lookup table" in found[0]
-    kept = "Ah-Ye's lookup table lists the rows of lockers (blocks) in order."
+    for wrong in ("She hands out a row of lockers (a block) at a time.",
+                  "The seed story draws one locker per page, i.e. block_size = 1.",
+                  "a locker is a page of block_size 1",
+                  "one locker at a time (block_size 1, as in the story)"):
+        assert glossary.metaphor_problems(wrong), wrong
+    kept = ("Ah-Ye's lookup table lists the lockers (blocks) in order. The simulator gives each locker room "
+            "for one piece (`block_size = 1`): a way of drawing, not the story's numbers.")
     assert glossary.metaphor_problems(kept) == []
 
 
@@ -102,12 +114,25 @@ def test_lookup_and_table_refuse_unknown_names():
         table([])
 
 
-def test_table_renders_story_chinese_name_and_meaning():
-    t = table(["slot", "block table"])
+def test_table_renders_the_story_word_name_and_meaning_in_the_learners_language():
+    """Issue 38: an English reader sees the story's English words, no Chinese column, no ※ and no raw
+    backticks; a Chinese reader sees the Chinese words (※ where they are the story's own), KV Cache as
+    the series writes it, and no English story column."""
+    t = table(["slot", "block table", "block", "KV cache"])
     html, md = t._repr_html_(), t._repr_markdown_()
-    for text in ("locker", "一格", "slot", "Ah-Ye's lookup table", "阿頁的對照表"):
+    for text in ("a place in a locker", "slot", "Ah-Ye's lookup table", "a locker: one page"):
         assert text in html and text in md
-    assert md.count("\n") == 3  # header, rule, two rows
+    assert "故事" not in html and "※" not in html and "一格" not in md and "阿頁" not in md
+    assert "<code>block_size</code>" in html and "`" not in html
+    assert md.startswith("| Story | Serving name | What it is |")
+    assert md.count("\n") == 5  # header, rule, four rows
+    i18n.use("zh-TW")
+    try:
+        html, md = table(["block", "KV cache"])._repr_html_(), table(["block", "KV cache"])._repr_markdown_()
+    finally:
+        i18n.use("en")
+    assert md.startswith("| 故事 | 正式名稱 | 說明 |") and "一格「頁」 ※" in md and "**KV Cache**" in md
+    assert "a locker" not in md and "故事（英文）" not in html and "※ 故事裡原本的說法" in html
 
 
 def test_docs_glossary_is_up_to_date():

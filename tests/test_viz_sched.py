@@ -120,10 +120,10 @@ def test_batching_playground_reports_both_makespans():
 def test_readouts_change_with_every_slider():
     base = dict(A=9, B=6, C=12, D=8, E=11, F=7, num_slots=60, reservation=12, block_size=1, step=0)
     text = V.locker_readout(None, **base)
-    assert "total luggage 53 for 60 lockers (fits)" in text
+    assert "total luggage 53 for 60 places (fits)" in text
     # what each rule did in round 1 (02's quiz 1: F waits while 36 of the 60 reserved lockers stand empty)
-    assert "old manager, 12 lockers a traveller → 5 inside, 1 waiting, 36 handed-out lockers empty" in text
-    assert "Ah-Ye, rows of 1 as the luggage grows → 6 inside, 0 waiting, 0 handed-out lockers empty" in text
+    assert "old manager, 12 places a traveller → 5 inside, 1 waiting, 36 handed-out places empty" in text
+    assert "Ah-Ye, a locker at a time (1 per locker) → 6 inside, 0 waiting, 0 handed-out places empty" in text
     for key in base:
         moved = dict(base, **{key: base[key] + (12 if key == "num_slots" else 1)})
         assert V.locker_readout(None, **moved) != text, key

@@ -302,10 +302,12 @@ def test_the_quiz_feedback_sentences_are_translated():
     assert not [p for p in phrases if p not in strings]
 
 
-def test_a_glossary_table_shows_both_languages(zh):
+def test_a_glossary_table_shows_the_chinese_story_words(zh):
+    """A Chinese reader reads the story's Chinese words; the English ones (issue 37: 「故事（英文）」) are
+    the English edition's."""
     html = glossary.table(["block table", "slot"])._repr_html_()
-    assert "阿頁的對照表" in html and "Ah-Ye's lookup table" in html  # the story word in both languages
-    assert "每個請求一張" in html and "正式名稱" in html and "沿用原作故事的說法" in html
+    assert "阿頁的對照表" in html and "Ah-Ye's lookup table" not in html and "故事（英文）" not in html
+    assert "每個請求一張" in html and "正式名稱" in html and "故事裡原本的說法" in html
     assert "Per request, logical block" not in html
 
 
@@ -449,6 +451,29 @@ def test_the_term_table_is_well_formed():
     ("這時 scheduler 會", "'scheduler': the term table writes 'scheduler' as '排程器'"),
     ("行李（KV cache）", "'KV cache': the term table writes 'KV Cache'"),
     ("載入的位元組少了 {2} 倍。", "the term table writes 'N times smaller'"),
+    # the seams a native editor found (issue 37 §4): one planted each
+    ("在 static 那次執行中，窗口 2 空著", "'static ': the term table writes 'static batching'"),
+    ("動態批次每個 **step** 都補人", "the term table writes 'step' as '步驟'"),
+    ("小 block 共用得多，但 table 會變長", "'table ': the term table writes 'table' as '表'"),
+    ("最後一個 block 的空 slot 數", "'空 slot': the term table writes 'slot' as '槽位'"),
+    ("full 層的命中需要每一個 block", "'full 層': the term table writes 'full attention'"),
+    ("SmolLM2 的 3 個 query heads 一組", "'heads': an English plural in a Chinese sentence (say 'head')"),
+    ("把日誌重播到某一步", "'日誌': the term table writes 'event log' as '事件紀錄'"),
+    ("四個帶著 system prompt 的請求", "'system prompt': the term table writes 'system prompt'"),
+    ("這條雜湊鏈正是用來確保這一點", "'雜湊鏈': the term table writes 'hash chain' as 'hash 鏈'"),
+    ("各層群組快取的 block 不同", "'層群組': the term table writes 'KV cache group' as '層組'"),
+    ("每個 query head 仍然關注前面的每一個 token", "'關注': the term table writes 'attend'"),
+    ("第一個放得下的（最先適配）", "'最先適配': the term table writes 'first fit'"),
+    ("放得下的 token 數再翻一番", "'翻一番': the term table writes 'doubles'"),
+    ("故事沿用種子原文的用詞", "'種子': the project's name for the story"),
+    ("也就是前一篇文章開頭的問題", "'前一篇文章': the project's name for the story"),
+    ("這是原作故事的說法", "'原作故事': the project's name for the story"),
+    ("原作故事裡一格就是一頁（block_size 為 1）", "the term table writes 'the seeds' as '故事'"),
+    ("所以一個名字代表的是這個\n區塊的所有 token", "a line break inside a Chinese sentence"),
+    ("她一次發一排四格（一*頁*）", "'*頁*': Chinese in italics"),
+    ('差別："fork" 有 copy-on-write', """'"fork"': half-width quotes in a Chinese sentence"""),
+    ("「阿頁說「不必連號」」", "「」 nested inside 「」"),
+    ("3 個固定案例和25 個隨機輸入", "'和2': a number touching a Chinese character"),
 ])
 def test_the_term_check_reports_each_kind_of_seam(text, found):
     assert any(found in p for p in i18n.term_problems(text)), i18n.term_problems(text)
@@ -461,6 +486,10 @@ def test_the_term_check_reports_each_kind_of_seam(text, found):
     "排程器會**搶占**（preemption）最晚進來的請求",
     "形狀是 [batch, KV heads, tokens, head_dim]",
     "All English: five blocks and a scheduler",  # not a Chinese sentence
+    "隨機種子（決定哪些請求）",  # a random seed is no story
+    "All English, \"quoted\" and *in italics*\n\n但下一段是中文",  # quotes and italics on an English line
+    "第一行結束了。\n- 清單的下一項",  # a list item on its own line, a sentence that ended
+    "`LLM(..., parallel_sampling=\"fork\")` 與 **粗體**",  # quotes in code, bold
 ])
 def test_the_term_check_leaves_code_titles_and_glosses_alone(text):
     problems = i18n.term_problems(text)
@@ -509,12 +538,21 @@ def test_the_preemption_timeline_and_the_playground_legend_read_without_a_seam(z
     assert not i18n.missing()
 
 
-def test_the_index_lists_the_term_table():
-    index = json.loads((build_zh.OUT / "00_index.ipynb").read_text(encoding="utf-8"))
-    text = "".join("".join(c["source"]) for c in index["cells"] if c["cell_type"] == "markdown")
-    assert build_zh.term_table() in text and build_zh.TERMS_PLACEHOLDER not in text
-    for en, entry in i18n.catalogue("zh-TW")["terms"].items():
-        assert f"| {en} | {entry['zh']} |" in text
+def test_no_learner_reads_the_translators_term_table_or_the_word_seed():
+    """The term table's 「不寫成」 column lists the words to avoid: the translators' (``--terms``), never a
+    learner's. Nor does a learner read 種子 (the project's word for the story) in any notebook or the
+    README."""
+    table = build_zh.term_table()
+    assert "不寫成" in table and all(f"| {en} |" in table for en in i18n.catalogue("zh-TW")["terms"])
+    for path in sorted(build_zh.OUT.glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+        assert "不寫成" not in text and "種子" not in text, path.name
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    zh_section = readme.split("## 繁體中文版")[1].split("\n## ")[0]
+    assert "種子" not in readme and not i18n.typesetting_problems(zh_section)
+    out = _run(ROOT, "--terms")
+    assert out.returncode == 0 and out.stdout.strip() == table
 
 
 @pytest.mark.parametrize("path", CATALOGUES, ids=[p.stem for p in CATALOGUES])

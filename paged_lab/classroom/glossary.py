@@ -1,21 +1,24 @@
 """One glossary for the series: story word (English and Chinese) → serving name → one line.
 
-The station story (the series' seeds) has one mapping, kept here and nowhere else:
+The station story (told in notebook 02) has one mapping, kept here and nowhere else:
 
-- a **locker** (一格) is one **slot**: room for one token's K and V;
-- a **page** (頁) is a row of lockers handed out together: a **block** of ``block_size`` slots;
+- a **locker** (一格) is a **page** (頁): one **block**, room for ``block_size`` tokens' K and V. The
+  story says it itself: 「一格「頁」（block）可以放固定數量的 token，例如 16 個」, 「一格等於一頁」;
+- a **place** in a locker (格裡的一個位置) is a **slot**: room for one token's K and V;
 - **Ah-Ye's lookup table** (阿頁的對照表) is the **block table**: a request's pages in reading order,
-  each with the row of lockers it actually sits in.
+  each with the locker it actually sits in.
 
-(The seed story draws one locker per page, i.e. ``block_size = 1``; with bigger blocks a page is a
-row of lockers, and the two pictures agree.)
+The story draws whole lockers, each exactly full (「行李剛好填滿每一頁」), and so does notebook 02's
+first wall: one square, one locker. Where the series needs single tokens (notebook 02 from section 2
+on, then 03-07) it draws a locker's ``block_size`` places as a row of small squares. That row is the
+series' extension of the story, which never looks inside a locker; a locker is a page throughout.
 
 A notebook shows the words it uses with one call, ``glossary.table(["slot", "block", ...])``;
 ``docs/glossary.md`` is ``glossary.markdown()`` (``python scripts/build_glossary.py`` writes it, and
 a test fails when it is stale, or when a notebook's summary bolds a term that is not here).
 ``metaphor_problems(text)`` keeps the mapping fixed: it names retired story words (``RETIRED``) and a
 locker or page glossed as the wrong serving term; a test runs it over every notebook and the docs.
-``Term.seed`` says whether the Chinese word is the seeds' own; the others are ours, in their style.
+``Term.seed`` says whether the Chinese word is the story's own; the others are ours, in its style.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from paged_lab.viz.tables import Table
 class Term:
     name: str  # the serving name, as vLLM / nano-vllm spell it: the key notebooks look up
     story: str  # the story's word, in English
-    story_zh: str  # the story's word, in Chinese (Traditional, as the seeds write it)
+    story_zh: str  # the story's word, in Chinese (Traditional, as the story writes it)
     meaning: str  # one line
-    seed: bool = False  # story_zh is the seeds' own wording
+    seed: bool = False  # story_zh is the story's own wording
     aliases: tuple[str, ...] = ()  # other spellings a summary may bold (plural, verb form)
 
 
@@ -63,12 +66,13 @@ TERMS: tuple[Term, ...] = (
                                                "cut into `num_blocks` blocks shared "
                                                "by all requests.", True, ("KV memory",)),
     # --- lockers, pages and the table (notebooks 02-03) ---
-    Term("slot", "locker", "一格", "Room for one token's K and V; `slot = block id × block_size + offset`.",
-         True, ("slots", "KV slot")),
-    Term("block", "page: a row of lockers handed out together", "頁", "`block_size` consecutive slots, the "
+    Term("slot", "a place in a locker", "格裡的一個位置", "Room for one token's K and V; `slot = block id × "
+         "block_size + offset`.", False, ("slots", "KV slot")),
+    Term("block", "a locker: one page", "一格「頁」", "`block_size` consecutive slots, the "
          "unit of allocation: a request takes a new block only when its last one is full.", True,
          ("blocks", "KV block", "physical block")),
-    Term("block_size", "lockers per page", "每頁的格數", "Tokens per block: 16 in the paper; engines choose "
+    Term("block_size", "places per locker (16 in the story)", "一格放幾個 token",
+         "Tokens per block: 16 in the paper; engines choose "
                                                     "what their attention kernel supports "
                                                     "(nano-vllm: 256).", False, ("block size",)),
     Term("block table", "Ah-Ye's lookup table", "阿頁的對照表", "Per request, logical block j → physical "
@@ -79,7 +83,7 @@ TERMS: tuple[Term, ...] = (
          "The j-th block of a request, counting its tokens in order.", True, ("logical blocks",)),
     Term("physical block id", "where the page actually sits", "實際位置", "A block's index in the KV pool, "
          "wherever it is.", True, ("physical block ids",)),
-    Term("slot_mapping", "which locker holds piece k", "第 k 件行李放在哪一格",
+    Term("slot_mapping", "which place of which locker holds piece k", "第 k 件行李放在哪一格的哪個位置",
          "Per token, the slot its K and V are "
          "stored in: `block_table[pos // block_size] * block_size + pos % block_size`."),
     Term("free queue", "Ah-Ye's list of empty pages", "阿頁的空頁清單",
@@ -168,7 +172,7 @@ TERMS: tuple[Term, ...] = (
          "Handing out a free block that "
          "still held cached content; its hash is forgotten.", False, ("evict", "evicted", "evictions")),
     # --- reading the pages (notebook 06) ---
-    Term("mask", "skip the empty lockers", "空格不讀", "Empty slots of a last block are masked on the loads "
+    Term("mask", "skip the empty places", "空位不讀", "Empty slots of a last block are masked on the loads "
          "(read as 0) and on the scores (−∞).", False, ("masked", "masking")),
     Term("online softmax", "a running tally while reading page by page", "邊讀邊記的總分",
          "Softmax in one pass over the blocks: a running max, sum and weighted V, rescaled when the max "
@@ -227,12 +231,20 @@ RETIRED: dict[str, str] = {
     "cloakroom": "pages moved out and back in (swap)",
 }
 _RETIRED = re.compile(r"\b(" + "|".join(re.escape(w) for w in RETIRED) + r")\b", re.IGNORECASE)
-# A locker is one slot, a page is a block: "lockers (KV blocks)" or "a page (slot)" breaks the mapping.
+# A locker is a page, a block; a place in it is a slot: "lockers (KV slots)", "a page (slot)" or "a row of
+# lockers (a block)" breaks the mapping.
 _MISMAPPED = (
-    (re.compile(r"(?<!row of )(?<!rows of )\blockers?\s*\((?:KV |physical )?blocks?\b", re.IGNORECASE),
-     "a locker is one slot, not a block"),
+    (re.compile(r"\blockers?\s*\((?:KV )?slots?\b", re.IGNORECASE),
+     "a locker is a page (a block), not a slot"),
     (re.compile(r"\bpages?\s*\((?:KV )?slots?\b", re.IGNORECASE),
-     "a page is a block (a row of lockers), not a slot"),
+     "a page is a block (one locker), not a slot"),
+    (re.compile(r"\brows? of lockers\s*\((?:a |KV )?blocks?\b", re.IGNORECASE),
+     "a block is one locker (a page), not a row of lockers"),
+    (re.compile(r"\bstory\b(?:[^.\n]|i\.e\.){0,40}\b(?:draws|uses|has|is)\b(?:[^.\n]|i\.e\.){0,30}"
+                r"\bblock[_ ]size(?: =|:| of| is)? 1\b"
+                r"|\bblock[_ ]size(?: =|:| of| is)? 1\b[^.\n]{0,30}\b(?:as in|like|in) the (?:seed )?story\b"
+                r"|\bpage of block[_ ]size 1\b", re.IGNORECASE),
+     "the story's locker holds 16 tokens (「例如 16 個」), never block_size 1"),
 )
 
 
@@ -269,8 +281,8 @@ def knows(name: str) -> bool:
     return True
 
 
-HEADER = ("Story", "故事", "Serving name", "What it is")
-SEED_NOTE = "※ the seed story's own word"  # under the table, where a Chinese word carries ※
+HEADER = ("Story", "Serving name", "What it is")  # each language's reader sees the story's words in it
+SEED_NOTE = "※ the story's own word"  # under the Chinese table, where a Chinese word carries ※
 
 
 def shown(term: Term) -> Term:
@@ -286,8 +298,13 @@ def shown(term: Term) -> Term:
     return dataclasses.replace(term, meaning=zh["meaning"])
 
 
-def _row(term: Term) -> tuple[str, str, str, str]:
-    return term.story, term.story_zh + (" ※" if term.seed else ""), term.name, term.meaning
+def _row(term: Term) -> tuple[str, str, str]:
+    """One row in the learner's language: the story's word in it (the Chinese one with ※ where it is the
+    story's own), the serving name (as the term table writes it: KV Cache), the meaning."""
+    if i18n.lang() == "en":
+        return term.story, term.name, term.meaning
+    name = term.name.replace("KV cache", "KV Cache")  # as the zh-TW term table writes it
+    return term.story_zh + (" ※" if term.seed else ""), name, term.meaning
 
 
 def table(names: Iterable[str]) -> Table:
@@ -303,16 +320,20 @@ def table(names: Iterable[str]) -> Table:
             raise ValueError(f"{n!r} repeats the term {t.name!r}")
         seen.add(t.name)
     rows = [_row(shown(t)) for t in terms]  # meanings in the learner's language
-    return Table(HEADER, rows, bold=(2,), prose=(3,), note=SEED_NOTE)
+    note = None if i18n.lang() == "en" else SEED_NOTE
+    return Table(HEADER, rows, bold=(1,), prose=(2,), code=(2,), note=note)
 
 
 def markdown() -> str:
     """``docs/glossary.md``: the whole glossary, in the series' order."""
     intro = __doc__.split("\n\n", 1)[1].split("A notebook shows")[0].strip()
+    rows = [(t.story, t.story_zh + (" ※" if t.seed else ""), t.name, t.meaning) for t in TERMS]
+    both = Table(("Story", "故事", "Serving name", "What it is"), rows, bold=(2,), prose=(3,))
     return (
         "# Glossary\n\n"
         "<!-- Generated from paged_lab/classroom/glossary.py by `python scripts/build_glossary.py`; "
         "do not edit. -->\n\n"
-        f"{intro}\n\n{table([t.name for t in TERMS])._repr_markdown_()}\n\n"
-        "※ the seed story's own word; the other Chinese words are ours, in the seeds' style.\n"
+        f"{intro}\n\n{both._repr_markdown_()}\n\n"
+        "※ the story's own word; the other Chinese words are ours, in its style. A notebook shows one "
+        "language's column: the English edition the story's English words, the zh-TW edition the Chinese.\n"
     )

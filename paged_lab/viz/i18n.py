@@ -231,15 +231,47 @@ def _term_rules(language: str) -> tuple[list[tuple[re.Pattern, str]], re.Pattern
     return rules, plural
 
 
+# Typesetting a Chinese sentence: slips a reader sees whatever the words (``term_problems`` reads them too).
+_HAN = "\u3400-\u9fff"
+_TYPESETTING = (
+    (re.compile(rf"(?<=[{_HAN}，、；：（「])\n(?=[{_HAN}（「])"),
+     "a line break inside a Chinese sentence (Markdown shows it as a space): join the lines"),
+    (re.compile(rf"(?<![*\\A-Za-z0-9_])\*(?![*\s])[^*\n]*[{_HAN}][^*\n]*(?<![*\s\\])\*(?![*A-Za-z0-9_])"),
+     "Chinese in italics (Chinese type has no italic): use 「」 or bold"),
+    (re.compile(r'"[^"\n]{1,40}"'), "half-width quotes in a Chinese sentence: use 「」"),
+    (re.compile(r"「[^「」\n]*「"), "「」 nested inside 「」: use 『』 inside"),
+    (re.compile(rf"[{_HAN}]\d|\d[{_HAN}]"), "a number touching a Chinese character: put a space"),
+    (re.compile(r"(?<!隨機)種子|原作故事|前一篇文章"),
+     "the project's name for the story: say 故事 (故事裡), or describe the picture"),
+)
+
+
+def typesetting_problems(text: str) -> list[str]:
+    """Where a Chinese text is set wrong (``_TYPESETTING``): a line break inside a sentence, italic
+    Chinese, half-width quotes, 「」 inside 「」, a number touching a character, the project's word for
+    the story. Code, math and links are not read; a line without Chinese is not a Chinese sentence."""
+    prose = prose_of(text)
+    return [f"{m.group(0)!r}: {why}" for pattern, why in _TYPESETTING for m in pattern.finditer(prose)
+            if _CJK.search(_line_of(prose, m))]
+
+
+def _line_of(text: str, m: re.Match) -> str:
+    """The line(s) of ``text`` that ``m`` touches."""
+    end = text.find("\n", m.end())
+    return text[text.rfind("\n", 0, m.start()) + 1:len(text) if end < 0 else end]
+
+
 def term_problems(text: str, language: str = "zh-TW") -> list[str]:
     """Where a translation breaks the catalogue's term table (``"terms"``: a variant it avoids, a Chinese
-    rendering followed by its English head word) or keeps an English plural in a Chinese sentence
-    (``"plurals"``). Code, math, links and runs of four English words (a title, a quote) are not read."""
+    rendering followed by its English head word), keeps an English plural in a Chinese sentence
+    (``"plurals"``) or is set wrong (``typesetting_problems``). Code, math, links and runs of four
+    English words (a title, a quote) are not read."""
     if language == "en" or not isinstance(text, str) or not _CJK.search(text):
         return []
     rules, plural = _term_rules(language)
     prose = prose_of(text)
     out = [f"{m.group(0)!r}: {why}" for pattern, why in rules for m in pattern.finditer(prose)]
+    out += typesetting_problems(text)
     out = list(dict.fromkeys(out))  # a variant both listed and matched by a pattern is named once
     if plural is not None:
         for line in re.split(r"[\n。！？；]", _PHRASE.sub(" ", prose)):

@@ -341,9 +341,9 @@ def locker_readout(fig: go.Figure, A: int, B: int, C: int, D: int, E: int, F: in
     total = A + B + C + D + E + F
     verdict = "fits" if total <= num_slots else "does not fit: Ah-Ye must make someone wait"
     old, new = locker_runs((A, B, C, D, E, F), num_slots, reservation, block_size)
-    return (f"round {step + 1} · total luggage {total} for {num_slots} lockers ({verdict}) · "
-            f"old manager, {reservation} lockers a traveller → {_locker_round(old, step)} · "
-            f"Ah-Ye, rows of {block_size} as the luggage grows → {_locker_round(new, step)}")
+    return (f"round {step + 1} · total luggage {total} for {num_slots} places ({verdict}) · "
+            f"old manager, {reservation} places a traveller → {_locker_round(old, step)} · "
+            f"Ah-Ye, a locker at a time ({block_size} per locker) → {_locker_round(new, step)}")
 
 
 def _locker_round(r: SimResult, step: int) -> str:
@@ -354,7 +354,7 @@ def _locker_round(r: SimResult, step: int) -> str:
     empty = t["reserved_slots"][step] - t["used_slots"][step]
     turned_away = f", {len(r.rejected)} turned away" if r.rejected else ""
     return (f"{t['running'][step]} inside, {t['waiting'][step]} waiting{turned_away}, "
-            f"{empty} handed-out lockers empty")
+            f"{empty} handed-out places empty")
 
 
 def batching_readout(fig: go.Figure | None, num_requests: int, windows: int, num_blocks: int, block_size: int,

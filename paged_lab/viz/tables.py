@@ -13,6 +13,7 @@ generated text) and are shown as they are; whole numbers get thousands separator
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,14 +24,17 @@ class Table:
     """``header`` and ``rows`` (lists of cells); ``labels``: the first column names the rows.
 
     Columns by index: ``bold`` ones are shown in bold (the glossary's serving names), ``prose`` ones
-    (sentences) aligned left in HTML, where Jupyter aligns cells right. ``note``: a line shown under
-    the table in Jupyter, in the learner's language (the Markdown is the table alone)."""
+    (sentences) aligned left in HTML, where Jupyter aligns cells right; in ``code`` ones a `span` in
+    backticks is shown as code in HTML (the Markdown keeps the backticks, which Markdown renders).
+    ``note``: a line shown under the table in Jupyter, in the learner's language (the Markdown is the
+    table alone)."""
 
     def __init__(self, header: Sequence[str], rows: Sequence[Sequence[Any]], labels: bool = False,
-                 bold: Sequence[int] = (), prose: Sequence[int] = (), note: str | None = None):
+                 bold: Sequence[int] = (), prose: Sequence[int] = (), note: str | None = None,
+                 code: Sequence[int] = ()):
         self.header, self.rows, self.labels = list(header), [list(r) for r in rows], labels
-        self.bold, self.prose, self.note = tuple(bold), tuple(prose), note
-        for name, columns in (("bold", self.bold), ("prose", self.prose)):
+        self.bold, self.prose, self.note, self.code = tuple(bold), tuple(prose), note, tuple(code)
+        for name, columns in (("bold", self.bold), ("prose", self.prose), ("code", self.code)):
             outside = [j for j in columns if not 0 <= j < len(self.header)]
             if outside:
                 raise ValueError(f"{name} must name columns 0 to {len(self.header) - 1}, got {outside}")
@@ -53,6 +57,8 @@ class Table:
 
         def td(j: int, text: str) -> str:
             text = f"<b>{esc(text)}</b>" if j in self.bold else esc(text)
+            if j in self.code:
+                text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
             return f"<td style='text-align:left'>{text}</td>" if j in self.prose else f"<td>{text}</td>"
 
         head = "".join(f"<th>{esc(h)}</th>" for h in header)
