@@ -570,3 +570,13 @@ def test_the_gloss_check_reports_a_second_gloss_and_a_stacked_sentence():
     stacked = i18n.gloss_problems(["排程器（scheduler）怎麼搶占（preemption）別的請求"])
     assert len(stacked) == 1 and "glosses preemption, scheduler in one sentence" in stacked[0]
     assert i18n.gloss_problems(["`搶占（preemption）` 與 `搶占（preemption）`"]) == []  # code is not prose
+
+
+def test_the_graders_pass_line_and_the_weights_readout_are_set_right(zh):
+    """Issue 37 §4: 「3 個固定案例和25 個」 (the parts touched the template's 和) and 「8.03 B 個參數」."""
+    line = i18n.t("✓ admit: right on 3 fixed cases and 25 generated ones; it answers as the package does.")
+    assert line == "✓ admit：3 個固定案例和 25 個自動生成的輸入全部答對；它的答案和套件一致。"
+    assert not i18n.term_problems(line) and not i18n.missing()
+    weights = i18n.t("Its 8.03 B parameters need 16.1 GB in bf16, more than the 8 GB card: the KV budget is "
+                     "zero before a single token. Serving it takes more GPUs or smaller (quantized) weights.")
+    assert "8.03 × 10⁹ 個參數" in weights and " B 個參數" not in weights
