@@ -128,7 +128,7 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
         return text
     found = _lookup(text, language)
     if found is not None and record and found != text:
-        for problem in term_problems(found, language):  # a seam the parts made: "固定批次 batching"
+        for problem in term_problems(found, language, typesetting=False):  # a seam the parts made
             note_missing(f"{found!r}: {problem}")
     if found is None and "<br>" in text:  # a long title wrapped for display (viz.widgets.wrap_title)
         found = next(filter(None, (_lookup(v, language, record=False) for v in _unwrapped(text))), None)
@@ -261,17 +261,18 @@ def _line_of(text: str, m: re.Match) -> str:
     return text[text.rfind("\n", 0, m.start()) + 1:len(text) if end < 0 else end]
 
 
-def term_problems(text: str, language: str = "zh-TW") -> list[str]:
+def term_problems(text: str, language: str = "zh-TW", typesetting: bool = True) -> list[str]:
     """Where a translation breaks the catalogue's term table (``"terms"``: a variant it avoids, a Chinese
     rendering followed by its English head word), keeps an English plural in a Chinese sentence
-    (``"plurals"``) or is set wrong (``typesetting_problems``). Code, math, links and runs of four
-    English words (a title, a quote) are not read."""
+    (``"plurals"``) or is set wrong (``typesetting_problems``, unless ``typesetting`` is false: ``t``
+    checks what it composes for seams only, since a computed part such as a hint may end in a number or
+    quote code). Code, math, links and runs of four English words (a title, a quote) are not read."""
     if language == "en" or not isinstance(text, str) or not _CJK.search(text):
         return []
     rules, plural = _term_rules(language)
     prose = prose_of(text)
     out = [f"{m.group(0)!r}: {why}" for pattern, why in rules for m in pattern.finditer(prose)]
-    out += typesetting_problems(text)
+    out += typesetting_problems(text) if typesetting else []
     out = list(dict.fromkeys(out))  # a variant both listed and matched by a pattern is named once
     if plural is not None:
         for line in re.split(r"[\n。！？；]", _PHRASE.sub(" ", prose)):
