@@ -26,7 +26,7 @@ The backend interface (:mod:`~paged_lab.kernels.reference`'s three functions, wi
 end: :func:`paged_attention_decode`, :func:`store_and_decode` and :func:`paged_attention_prefill` call the
 C kernels :func:`decode` and :func:`prefill`; :func:`store_kv` alone is the torch path's (the C code stores
 K/V only inside a decode). They read float caches over the whole context: the dispatch gives them no fp8
-cache (:func:`why_unusable`) and no window, so the scales and ``sliding_window`` are unused here.
+cache (:func:`unsupported`) and no window, so the scales and ``sliding_window`` are unused here.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def why_unavailable() -> str | None:
     return LIBRARY.why
 
 
-def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
+def unsupported(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
     """Why :func:`decode` and :func:`prefill` cannot take these tensors, or None when they can
     (the dispatch's ``"cpu"`` backend asks this; ``q`` None checks the caches only)."""
     tensors = (k_cache, v_cache) if q is None else (q, k_cache, v_cache)
@@ -211,8 +211,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
 
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether :func:`decode` and :func:`prefill` take these tensors (see :func:`why_unusable`)."""
-    return why_unusable(k_cache, v_cache, q) is None
+    """Whether :func:`decode` and :func:`prefill` take these tensors (see :func:`unsupported`)."""
+    return unsupported(k_cache, v_cache, q) is None
 
 
 def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,7 +2,8 @@
 
 Backends (``BACKEND_TABLE``; a backend's name says what runs). Each is a module with the same functions
 and signatures, those of :mod:`~paged_lab.kernels.reference` (``store_kv``, ``paged_attention_decode``,
-``paged_attention_prefill``, and ``store_and_decode`` where it has one kernel for both):
+``paged_attention_prefill``; ``store_and_decode`` where it has one kernel for both, ``unsupported(k_cache,
+v_cache, q)`` where it cannot take every cache: why not, or None):
 - ``"triton"``: :mod:`~paged_lab.kernels.triton_paged` (compiled on CUDA; Triton's interpreter on CPU,
   slow, for tests), imported on first use.
 - ``"cpu"``: the C kernels of :mod:`~paged_lab.kernels.cpu_paged` (CPU fp32, AVX-512), built on first use.
@@ -85,8 +86,11 @@ def _store_then_decode(store, decode):
 
 
 def _backend(name: str, module, **facts) -> Backend:
-    """The table's entry for a backend module: its functions, as they are."""
+    """The table's entry for a backend module: its functions, as they are (``store_and_decode`` and
+    ``unsupported`` where it has them)."""
     fused = getattr(module, "store_and_decode", None)
+    if hasattr(module, "unsupported"):
+        facts["unsupported"] = module.unsupported
     return Backend(name, module.store_kv, module.paged_attention_decode, module.paged_attention_prefill,
                    fused or _store_then_decode(module.store_kv, module.paged_attention_decode), **facts)
 
@@ -101,11 +105,12 @@ def _on_first_call(op: str) -> Callable:
 
 _TRITON = SimpleNamespace(**{op: _on_first_call(op) for op in (
     "store_kv", "paged_attention_decode", "paged_attention_prefill", "unsupported")})
+
 # The backend table: the name a caller passes -> what runs. "auto" is not a backend but a choice
 # among these (see _candidates).
 BACKEND_TABLE: dict[str, Backend] = {
-    "triton": _backend("triton", _TRITON, unsupported=_TRITON.unsupported),
-    "cpu": _backend("cpu", cpu_paged, unsupported=cpu_paged.why_unusable, uses_plan=True),
+    "triton": _backend("triton", _TRITON),
+    "cpu": _backend("cpu", cpu_paged, uses_plan=True),
     "torch": _backend("torch", torch_paged, uses_plan=True, takes_window=True),
     "reference": _backend("reference", reference, takes_window=True),
 }
