@@ -2,7 +2,7 @@
 
 The torch path (:mod:`~paged_lab.kernels.torch_paged`) gathers every sequence's blocks into a padded
 copy, zeroes the padding and calls SDPA with a mask. That is about ten torch ops per layer and a
-copy of all K and V (what that costs a decode step: ``docs/benchmarks.md``).
+copy of all K and V (what that cost, measured: ``docs/benchmarks.md``, "Paged attention in C").
 ``csrc/paged_attention.c`` does the same math in one call per layer. For a decode it stores the new
 tokens' K/V, then reads each sequence's K and V rows straight from the cache through its block table,
 once, in memory order. A prefill's query tokens each attend causally the same way. It uses AVX-512 over
