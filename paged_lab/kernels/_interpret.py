@@ -11,6 +11,7 @@ inside a launch ("Cannot call @triton.jit'd outside of the scope of a kernel").
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from types import ModuleType
@@ -31,10 +32,16 @@ def default_interpreter_env() -> None:
 
 
 def triton_available() -> bool:
-    """Is the ``triton`` package importable (without importing it)?"""
+    """Is the ``triton`` package importable (without importing it)? Asked on every choice of a backend,
+    so the search for it (a few microseconds of file system) runs once per process."""
+    return "triton" in sys.modules or _triton_installed()
+
+
+@functools.cache
+def _triton_installed() -> bool:
     import importlib.util
 
-    return "triton" in sys.modules or importlib.util.find_spec("triton") is not None
+    return importlib.util.find_spec("triton") is not None
 
 
 def load_kernels(device_type: str) -> ModuleType:
