@@ -59,7 +59,7 @@ def _positive_int(text: str) -> int:
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked: block sizes the Triton kernels take, iterations >= 1; ``--quick``
     only fills in the grids that were not given explicitly."""
-    from paged_lab.kernels.dispatch import TRITON_BLOCK_SIZES
+    from paged_lab.kernels.triton_paged import TRITON_BLOCK_SIZES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench_out"),

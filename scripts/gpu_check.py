@@ -91,9 +91,10 @@ def check_kernels(args) -> list[Result]:
     """Every kernel on this GPU against the torch reference; one row per (kernel, dtype), worst error."""
     import torch
 
-    from paged_lab.kernels import TRITON_BLOCK_SIZES, store_kv
+    from paged_lab.kernels import store_kv
     from paged_lab.kernels.dispatch import paged_attention_decode, paged_attention_prefill
     from paged_lab.kernels.synthetic import random_paged_kv
+    from paged_lab.kernels.triton_paged import TRITON_BLOCK_SIZES
 
     tol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
     worst: dict[tuple[str, str], float] = {}

@@ -12,12 +12,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paged_lab.kernels import TRITON_BLOCK_SIZES, paged_attention_decode, paged_attention_prefill, store_kv
+from paged_lab.kernels import paged_attention_decode, paged_attention_prefill, store_kv
 from paged_lab.kernels.synthetic import random_paged_kv
 
 # find_spec, not importorskip: importing triton here, before paged_lab.kernels set TRITON_INTERPRET,
-# would decorate triton's own helpers as compiled functions and break the interpreter.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+# would decorate triton's own helpers as compiled functions and break the interpreter. (conftest.py
+# imported paged_lab.kernels first, so triton_paged below loads under the interpreter on a CPU.)
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+if HAS_TRITON:
+    from paged_lab.kernels.triton_paged import TRITON_BLOCK_SIZES
+else:
+    TRITON_BLOCK_SIZES = ()
 
 # abs and rel, vs the fp32-math reference
 TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -177,7 +183,7 @@ def test_head_dim_strided_q_gets_a_contiguous_out():
 # --------------------------------------------------------------- launch parameters per GPU target
 def test_every_target_gets_tiles_that_the_cross_compile_checks():
     """The wrappers' launch parameters are pure functions of (shapes, dtype, compute capability)."""
-    from paged_lab.kernels import triton_launch as T
+    from paged_lab.kernels import triton_paged as T
 
     # bf16 on a T4 (sm_75, no bf16 tensor cores): the kernels take the fp32-tile path, not native bf16 dots
     assert T.compute_in_f32(torch.bfloat16, 75) and not T.compute_in_f32(torch.bfloat16, 80)
@@ -195,7 +201,6 @@ def test_every_target_gets_tiles_that_the_cross_compile_checks():
 
 
 def test_a_gpu_older_than_sm75_is_refused_with_a_reason(monkeypatch):
-    from paged_lab.kernels import dispatch
     from paged_lab.kernels import triton_paged as T
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
@@ -206,20 +211,12 @@ def test_a_gpu_older_than_sm75_is_refused_with_a_reason(monkeypatch):
     # T4 bf16: the fp32-tile path
     assert T.unsupported_reason(torch.bfloat16, torch.device("cuda", 0)) is None
     assert T.unsupported_reason(torch.bfloat16, torch.device("cpu")) is None
-    assert dispatch.TRITON_BLOCK_SIZES == aot_consts("BLOCK_SIZES")
-    assert dispatch.TRITON_HEAD_DIMS == aot_consts("HEAD_DIMS")
-
-
-def aot_consts(name):
-    from paged_lab.tools import aot
-
-    return getattr(aot, name)
 
 
 def test_small_fp32_tiles_under_the_interpreter_match_the_reference(monkeypatch):
     """What a T4 runs (fp32, TILE 32 over 128-token blocks; prefill rows 16 at head_dim 128), under the
     interpreter: patch the target the launch functions see."""
-    from paged_lab.kernels import triton_launch as T
+    from paged_lab.kernels import triton_paged as T
 
     monkeypatch.setattr(T, "INTERPRETER_CC", 75)
     assert T.tile_for(128, False, None) == 32
@@ -265,13 +262,14 @@ def test_kernels_compile_for_sm75_to_sm90_within_registers_spills_and_shared_mem
 
 
 def test_the_compile_grid_covers_every_value_per_target():
+    from paged_lab.kernels.triton_paged import TRITON_HEAD_DIMS
     from paged_lab.tools import aot
 
     grid = aot.config_grid()
     for cc in aot.TARGETS:
         mine = [c for c in grid if c.cc == cc]
-        assert {c.block_size for c in mine} == set(aot.BLOCK_SIZES)
-        assert {c.head_dim for c in mine} == set(aot.HEAD_DIMS)
+        assert {c.block_size for c in mine} == set(TRITON_BLOCK_SIZES)
+        assert {c.head_dim for c in mine} == set(TRITON_HEAD_DIMS)
         assert {c.group for c in mine if c.kernel != "store_kv"} >= set(aot.GROUPS)
         assert {c.kernel for c in mine} == {"store_kv", "decode", "decode_split", "prefill"}
         for dtype in aot.DTYPES:  # the most demanding shapes, per dtype: head_dim 128 at the largest TILE
@@ -280,3 +278,12 @@ def test_the_compile_grid_covers_every_value_per_target():
             assert any(c.dtype == dtype and c.kernel == "prefill" and c.head_dim == 128 and c.block_size >= 64
                        for c in mine)  # fmt: skip
     assert len(grid) < 80  # not the full product
+
+
+def test_the_files_own_check_against_the_reference_passes():
+    """``python -m paged_lab.kernels.triton_paged`` runs this: each kernel against the reference."""
+    from paged_lab.kernels import triton_paged as T
+
+    err = T.check_against_reference("cuda" if torch.cuda.is_available() else "cpu")
+    assert set(err) == {"decode, 1 split(s)", "decode, 3 split(s)", "prefill", "store_kv"}
+    assert max(err.values()) < TOL[torch.float32], err

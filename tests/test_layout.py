@@ -148,3 +148,87 @@ def test_type_checking_imports_are_not_edges(tmp_path, monkeypatch):
     # the function-level import counts; paged_lab.b is no module here, so it is a name of paged_lab
     assert imports_of(src, {"paged_lab", "paged_lab.m"}) == {"paged_lab"}
     assert imports_of(src, {"paged_lab", "paged_lab.m", "paged_lab.b"}) == {"paged_lab.b"}
+
+
+# ------------------------------------------------------------------ the map in docs/architecture.md
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+MAPPED_SUFFIXES = {".py", ".c", ".h", ".json"}
+_FILE = r"[\w.-]+(?:/[\w.-]+)*\.(?:py|c|h|json)\b"
+_RANGE = r"^(?P<head>.*?)(?P<first>\d+)-(?P<last>\d+)(?P<tail>\.\w+)$"  # nb01-08.py: nb01.py .. nb08.py
+
+
+def layout_block(text: str) -> list[str]:
+    """The fenced block of the architecture page that starts with ``paged_lab/``, as lines."""
+    lines = text.splitlines()
+    start = lines.index("paged_lab/") if "paged_lab/" in lines else next(
+        i for i, line in enumerate(lines) if line.startswith("paged_lab/ "))
+    end = lines.index("```", start)
+    return lines[start:end]
+
+
+def mapped_files(block: list[str]) -> list[str]:
+    """The package files the map names, as paths under ``paged_lab/``. A line indented two spaces starts
+    an entry: a folder (``memory/``) is where the file names on its lines live, until the next entry; a
+    file there (``kv_math.py``) is at the top, with the other names on its line. ``nb01-08.py`` stands for
+    nb01.py .. nb08.py; a name with a slash (``csrc/layer_ops.c``) is relative to the entry's folder."""
+    import re
+
+    folder, found = "", []
+    for line in block[1:]:
+        if not line.startswith("  "):
+            continue
+        if not line.startswith("   "):  # an entry
+            first = line.split()[0]
+            folder = first if first.endswith("/") else ""
+        for name in re.findall(_FILE, line):
+            found += [folder + n for n in _expand(name, re)]
+    return found
+
+
+def _expand(name: str, re) -> list[str]:
+    m = re.match(_RANGE, name)
+    if m is None:
+        return [name]
+    width = len(m["first"])
+    return [f"{m['head']}{i:0{width}d}{m['tail']}" for i in range(int(m["first"]), int(m["last"]) + 1)]
+
+
+def package_files(package: Path) -> set[str]:
+    """Every file of the package that the map must name: sources, C sources and headers, the shown
+    strings; not the ``__init__.py`` every folder has, nor caches."""
+    return {p.relative_to(package).as_posix() for p in package.rglob("*")
+            if p.is_file() and p.suffix in MAPPED_SUFFIXES and p.name != "__init__.py"
+            and "__pycache__" not in p.parts}
+
+
+def map_differences(block: list[str], package: Path) -> str:
+    """'' when the map names every file of the package once and nothing else; otherwise what to change."""
+    named = mapped_files(block)
+    missing = sorted(package_files(package) - set(named))
+    extra = sorted(set(named) - package_files(package))
+    twice = sorted({n for n in named if named.count(n) > 1})
+    problems = [f"{what}: {', '.join(names)}" for what, names in (
+        ("files with no line in docs/architecture.md's layout (add them)", missing),
+        ("names in the layout that are no file of paged_lab/ (remove or rename them)", extra),
+        ("names the layout gives twice", twice)) if names]
+    return "\n".join(problems)
+
+
+def test_the_architecture_map_names_every_file_of_the_package_on_one_screen():
+    block = layout_block(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert not map_differences(block, PACKAGE), map_differences(block, PACKAGE)
+    assert len(block) <= 50 and max(map(len, block)) <= 110, (len(block), max(map(len, block)))
+
+
+def test_the_map_check_names_what_is_missing_and_what_is_extra(tmp_path):
+    (tmp_path / "memory" / "csrc").mkdir(parents=True)
+    for name in ("kv_math.py", "memory/__init__.py", "memory/a.py", "memory/new.py", "memory/csrc/k.c",
+                 "nb01.py", "nb02.py"):
+        (tmp_path / name).write_text("")
+    block = ["paged_lab/  (__init__.py: not a file of the map)", "  kv_math.py  01  cdiv; nb01-02.py",
+             "  memory/     02  a.py (the first),", "              csrc/k.c, gone.py"]
+    assert mapped_files(block) == ["kv_math.py", "nb01.py", "nb02.py", "memory/a.py", "memory/csrc/k.c",
+                                   "memory/gone.py"]
+    assert map_differences(block, tmp_path) == (
+        "files with no line in docs/architecture.md's layout (add them): memory/new.py\n"
+        "names in the layout that are no file of paged_lab/ (remove or rename them): memory/gone.py")

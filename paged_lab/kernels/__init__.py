@@ -6,11 +6,12 @@
 - :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (``backend="torch"``);
 - :mod:`~paged_lab.kernels.cpu_paged`: decode and prefill in C (AVX-512), built on first use (``"cpu"``);
 - :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill;
-  ``"triton"``), launched as :mod:`~paged_lab.kernels.triton_launch` sizes them per GPU target;
+  ``"triton"``), their supported sizes and launch sizing per GPU target, and a check against the
+  reference (``python -m paged_lab.kernels.triton_paged``);
 - :mod:`~paged_lab.kernels.checks`: the argument checks every entry point runs before any launch;
-- :mod:`~paged_lab.kernels.dispatch`: the backend table, the choice among its backends
-  (``backend="auto" | "triton" | "cpu" | "torch" | "reference"``; per call, or once per engine with
-  :func:`choose_backend`) and its one fallback rule;
+- :mod:`~paged_lab.kernels.dispatch`: the backend table (every backend has the reference's functions
+  and signatures), the choice among its backends (``backend="auto" | "triton" | "cpu" | "torch" |
+  "reference"``, :func:`choose_backend`), one call path and its one fallback rule;
 - :mod:`~paged_lab.kernels.stepwise` and :mod:`~paged_lab.kernels.tradeoff`: notebook 06's steps in
   torch (online softmax, log-sum-exp merge) and the block-size trade-off, the numbers its figures draw.
 
@@ -27,8 +28,6 @@ from paged_lab.kernels import reference, torch_paged  # noqa: E402
 from paged_lab.kernels.dispatch import (  # noqa: E402
     BACKEND_TABLE,
     BACKENDS,
-    TRITON_BLOCK_SIZES,
-    TRITON_HEAD_DIMS,
     ChosenBackend,
     KernelStats,
     choose_backend,
@@ -46,8 +45,6 @@ __all__ = [
     "BACKENDS",
     "ChosenBackend",
     "KernelStats",
-    "TRITON_BLOCK_SIZES",
-    "TRITON_HEAD_DIMS",
     "choose_backend",
     "paged_attention",
     "paged_attention_decode",

@@ -1,5 +1,4 @@
-"""Load the Triton kernels lazily, under Triton's interpreter when there is no CUDA GPU, and say which
-caches they can take before loading them (:func:`triton_unsupported`, the dispatch's question).
+"""Load the Triton kernels lazily, under Triton's interpreter when there is no CUDA GPU.
 
 ``@triton.jit`` decides at decoration time whether a function is compiled or interpreted, by
 reading ``TRITON_INTERPRET``. That includes triton's own ``tl.cdiv``, ``tl.sum``, ``tl.max``...,
@@ -12,15 +11,12 @@ inside a launch ("Cannot call @triton.jit'd outside of the scope of a kernel").
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from types import ModuleType
 
-from paged_lab.kernels.quant import is_quantized
-
 _ENV = "TRITON_INTERPRET"
-TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # what the Triton kernels are written and tested for
-TRITON_HEAD_DIMS = (64, 128)
 
 
 def cuda_available() -> bool:
@@ -36,10 +32,16 @@ def default_interpreter_env() -> None:
 
 
 def triton_available() -> bool:
-    """Is the ``triton`` package importable (without importing it)?"""
+    """Is the ``triton`` package importable (without importing it)? Asked on every choice of a backend,
+    so the search for it (a few microseconds of file system) runs once per process."""
+    return "triton" in sys.modules or _triton_installed()
+
+
+@functools.cache
+def _triton_installed() -> bool:
     import importlib.util
 
-    return "triton" in sys.modules or importlib.util.find_spec("triton") is not None
+    return importlib.util.find_spec("triton") is not None
 
 
 def load_kernels(device_type: str) -> ModuleType:
@@ -50,12 +52,14 @@ def load_kernels(device_type: str) -> ModuleType:
     if device_type != "cuda" and "triton" not in sys.modules:
         # a value the user set explicitly (e.g. 0) is respected, and reported below
         os.environ.setdefault(_ENV, "1")
+    import triton.language as tl
+
     from paged_lab.kernels import triton_paged
 
-    if device_type != "cuda" and not (triton_paged.is_interpreted()
-                                      and triton_paged.triton_lang_interpreted()):
+    ours, triton_own = triton_paged._decode_kernel, tl.cdiv  # both must be interpreted on a CPU
+    if device_type != "cuda" and not (is_interpreted(ours) and is_interpreted(triton_own)):
         _raise_not_interpreted()
-    if device_type == "cuda" and triton_paged.is_interpreted():
+    if device_type == "cuda" and is_interpreted(ours):
         raise RuntimeError(
             f"backend='triton' on CUDA tensors, but the Triton kernels were loaded under the interpreter "
             f"({_ENV}={os.environ.get(_ENV)!r}); unset {_ENV} before starting Python to compile them"
@@ -71,21 +75,9 @@ def _raise_not_interpreted():
     )
 
 
-def triton_unsupported(k_cache, v_cache, q=None) -> str | None:
-    """Why the Triton kernels cannot take this cache, or None when they can."""
-    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
-    if is_quantized(k_cache.dtype):
-        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
-                f"the torch backend dequantizes fp8)")
-    if block_size not in TRITON_BLOCK_SIZES:
-        return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
-    if head_dim not in TRITON_HEAD_DIMS:
-        return f"head_dim {head_dim} (the Triton kernels support {TRITON_HEAD_DIMS})"
-    if k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
-        return (
-            f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need head_dim "
-            f"contiguous and both caches laid out alike; pass .contiguous() caches)"
-        )
-    if k_cache.is_cuda and triton_available():  # the GPU itself (older than sm_75: not checked)
-        return load_kernels(k_cache.device.type).unsupported_reason(k_cache.dtype, k_cache.device)
-    return None
+def is_interpreted(jitted) -> bool:
+    """Was this ``@triton.jit`` function (one of our kernels, or triton's own ``tl.cdiv``...) decorated
+    under Triton's interpreter (TRITON_INTERPRET=1) rather than as a compiled function?"""
+    import triton
+
+    return not isinstance(jitted, triton.runtime.JITFunction)

@@ -56,10 +56,10 @@ def why_unusable(weight: torch.Tensor) -> str | None:
 
 
 # A decode step streams every packed weight from memory once, and with 4 KB pages the CPU's hardware
-# prefetcher stops at every page boundary and every page costs a TLB entry: on the development machine a
-# 0.54 GB read ran at 22 GB/s in 4 KB pages and 29 GB/s in 2 MB pages (2 threads; 12 -> 14.5 GB/s at 1).
-# So the panels ask Linux for 2 MB pages ("transparent huge pages", madvise(MADV_HUGEPAGE) before the
-# first write); where the system does not give them (another OS, THP "never") they are ordinary memory.
+# prefetcher stops at every page boundary and every page costs a TLB entry (a read of the packed weights in
+# 4 KB and in 2 MB pages, measured: docs/benchmarks.md, "Packed panels in 2 MB pages"). So the panels
+# ask Linux for 2 MB pages ("transparent huge pages", madvise(MADV_HUGEPAGE) before the first write);
+# where the system does not give them (another OS, THP "never") they are ordinary memory.
 HUGE_PAGE = 2 << 20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None

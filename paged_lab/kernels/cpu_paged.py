@@ -2,7 +2,7 @@
 
 The torch path (:mod:`~paged_lab.kernels.torch_paged`) gathers every sequence's blocks into a padded
 copy, zeroes the padding and calls SDPA with a mask. That is about ten torch ops per layer and a
-copy of all K and V. On the development machine it cost 5-9 ms of a 25-45 ms decode step.
+copy of all K and V (what that cost, measured: ``docs/benchmarks.md``, "Paged attention in C").
 ``csrc/paged_attention.c`` does the same math in one call per layer. For a decode it stores the new
 tokens' K/V, then reads each sequence's K and V rows straight from the cache through its block table,
 once, in memory order. A prefill's query tokens each attend causally the same way. It uses AVX-512 over
@@ -21,6 +21,12 @@ are the dispatch's ``"cpu"`` backend: ``"auto"`` picks it where it can run, and 
 :func:`why_unavailable` says why the library is not loaded. Results match the torch path to about 1e-6: the
 same fp32 math, summed in another order. A bf16 cache is read as it is (each element widened to fp32 exactly)
 and all the math is fp32; q goes in as fp32 and the output is rounded to bf16 once.
+
+The backend interface (:mod:`~paged_lab.kernels.reference`'s three functions, with its signatures) is at the
+end: :func:`paged_attention_decode`, :func:`store_and_decode` and :func:`paged_attention_prefill` call the
+C kernels :func:`decode` and :func:`prefill`; :func:`store_kv` alone is the torch path's (the C code stores
+K/V only inside a decode). They read float caches over the whole context: the dispatch gives them no fp8
+cache (:func:`unsupported`) and no window, so the scales and ``sliding_window`` are unused here.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ import threading
 from pathlib import Path
 
 import torch
+
+from paged_lab.kernels import torch_paged
 
 SOURCE = Path(__file__).with_name("csrc") / "paged_attention.c"
 KV_DTYPES = (torch.float32, torch.bfloat16)  # what the C kernels read (bf16 widened to fp32 exactly)
@@ -182,7 +190,7 @@ def why_unavailable() -> str | None:
     return LIBRARY.why
 
 
-def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
+def unsupported(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor | None = None) -> str | None:
     """Why :func:`decode` and :func:`prefill` cannot take these tensors, or None when they can
     (the dispatch's ``"cpu"`` backend asks this; ``q`` None checks the caches only)."""
     tensors = (k_cache, v_cache) if q is None else (q, k_cache, v_cache)
@@ -203,8 +211,8 @@ def why_unusable(k_cache: torch.Tensor, v_cache: torch.Tensor, q: torch.Tensor |
 
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether :func:`decode` and :func:`prefill` take these tensors (see :func:`why_unusable`)."""
-    return why_unusable(k_cache, v_cache, q) is None
+    """Whether :func:`decode` and :func:`prefill` take these tensors (see :func:`unsupported`)."""
+    return unsupported(k_cache, v_cache, q) is None
 
 
 def _contiguous_q_and_out(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -274,3 +282,36 @@ def prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale: float) ->
         raise MemoryError(f"paged_prefill could not allocate its buffers ({q.shape[0]} query tokens, max "
                           f"context {int(lens.max())})")
     return out.to(dtype)
+
+
+# ------------------------------------------------------------------------------ the backend interface
+def _tables(plan, block_tables, context_lens):
+    """The C kernels read int64 tables and lengths: the step's plan holds them already (no per-layer copy)."""
+    return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0, *,
+             plan=None) -> None:
+    """The torch path's store (:func:`paged_lab.kernels.torch_paged.store_kv`)."""
+    torch_paged.store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, plan=plan)
+
+
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
+                           k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                           plan=None, num_splits: int | None = None) -> torch.Tensor:
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
+
+
+def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
+                     k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                     plan=None) -> torch.Tensor:
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
+
+
+def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
+                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                            plan=None, max_query_len: int | None = None) -> torch.Tensor:
+    tables, lens = _tables(plan, block_tables, context_lens)
+    return prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)

@@ -1,37 +1,43 @@
 """Which backend runs: the backend table, the choice among its backends, and the public entry points.
 
-Backends (``BACKEND_TABLE``; a backend's name says what runs):
-- ``"triton"``: the Triton kernels (compiled on CUDA; Triton's interpreter on CPU — slow, for tests).
-- ``"cpu"``: the C kernels of :mod:`paged_lab.kernels.cpu_paged` (CPU fp32, AVX-512), built on first use.
-- ``"torch"``: the vectorized torch path (:mod:`paged_lab.kernels.torch_paged`), torch only.
-- ``"reference"``: the per-sequence readable loop (:mod:`paged_lab.kernels.reference`).
+Backends (``BACKEND_TABLE``; a backend's name says what runs). Each is a module with the same functions
+and signatures, those of :mod:`~paged_lab.kernels.reference` (``store_kv``, ``paged_attention_decode``,
+``paged_attention_prefill``; ``store_and_decode`` where it has one kernel for both, ``unsupported(k_cache,
+v_cache, q)`` where it cannot take every cache: why not, or None):
+- ``"triton"``: :mod:`~paged_lab.kernels.triton_paged` (compiled on CUDA; Triton's interpreter on CPU,
+  slow, for tests), imported on first use.
+- ``"cpu"``: the C kernels of :mod:`~paged_lab.kernels.cpu_paged` (CPU fp32, AVX-512), built on first use.
+- ``"torch"``: the vectorized torch path (:mod:`~paged_lab.kernels.torch_paged`), torch only.
+- ``"reference"``: the per-sequence readable loop (:mod:`~paged_lab.kernels.reference`).
 - ``"auto"``: the first that can take the tensors of Triton on CUDA, ``"cpu"``, ``"torch"``.
 
-Two ways in. The public entry points (:func:`store_kv`, :func:`paged_attention_decode`,
-:func:`store_and_decode`, :func:`paged_attention_prefill`) check their arguments
-(:mod:`paged_lab.kernels.checks`) and choose the backend on every call: what notebook 06 and the tests
-call. An engine, which calls attention once per layer per step, chooses once when it is built
-(:func:`choose_backend`) and calls the :class:`ChosenBackend`'s functions, with no per-call choice.
+One call path. The choice (:func:`choose_backend`) gives a :class:`ChosenBackend`, whose functions run
+the backend with no further choice. The public entry points (:func:`store_kv`, :func:`paged_attention_decode`,
+:func:`store_and_decode`, :func:`paged_attention_prefill`: what notebook 06 and the tests call) check their
+arguments (:mod:`~paged_lab.kernels.checks`), choose, and call it; an engine, which calls attention once
+per layer per step, chooses once when it is built and checks each step's tensors once.
 
-One fallback rule (:func:`_run_first`), both ways: under ``"auto"``, a backend that raises (a launch
-on an untested GPU, say) is logged once and counted in a :class:`KernelStats`, and that call runs on
-the next candidate; the next call tries the first again. A backend named explicitly raises its error.
+One fallback rule (:func:`_run_first`): under ``"auto"``, a backend that raises (a launch on an untested
+GPU, say) is logged once and counted in a :class:`KernelStats`, and that call runs on the next
+candidate; the next call tries the first again. A backend named explicitly raises its error.
 
-``plan`` (the ``"torch"`` and ``"cpu"`` backends read it) is the batch's precomputed
-:class:`~paged_lab.kernels.torch_paged.GatherPlan`. It is an argument like the others: the checks
-verify that it is the plan ``plan_gather`` builds from this call's tensors (one that is not raises
-a ValueError naming ``plan``), because the backends index the cache through it unchecked.
-
-A sliding-window layer passes ``sliding_window=W`` (the query at position p reads keys p - W + 1 .. p;
-``NULL_BLOCK`` entries before every query's window are never read). The ``"torch"`` and ``"reference"``
-backends take it; the C and Triton kernels attend over the whole context, so ``"auto"`` skips them for
-a windowed call (``ChosenBackend.skipped`` says why) and naming one raises.
-
-``validate=False`` skips every check, the plan's included. **Trusted input only.** The C kernels and
-the Triton kernels (its CPU interpreter too) use every index as given, so an out-of-range block id,
-context length, slot or query offset, or a plan from another batch, is undefined behaviour: it may
-read or write outside the cache, return garbage, or crash the process (a segfault). Keep
-``validate=True`` unless the same arguments were validated already.
+The arguments every entry point takes besides its tensors:
+- ``backend``: one of :data:`BACKENDS`; ``stats``: the :class:`KernelStats` to count in (default ``STATS``).
+- ``plan`` (the ``"torch"`` and ``"cpu"`` backends read it): the batch's precomputed
+  :class:`~paged_lab.kernels.torch_paged.GatherPlan`. The checks verify that it is the plan ``plan_gather``
+  builds from this call's tensors (one that is not raises a ValueError naming ``plan``), because the
+  backends index the cache through it unchecked.
+- ``k_scale``/``v_scale``: an fp8 cache (``torch.float8_e4m3fn``) stores ``x / scale`` and is read as
+  ``x * scale`` (:mod:`~paged_lab.kernels.quant`); a float cache ignores them.
+- ``sliding_window=W`` (decode and prefill): the query at position p reads keys p - W + 1 .. p only
+  (``NULL_BLOCK`` entries before every query's window are never read). The ``"torch"`` and
+  ``"reference"`` backends take it; the C and Triton kernels attend over the whole context, so
+  ``"auto"`` skips them for a windowed call (``ChosenBackend.skipped`` says why) and naming one raises.
+- ``validate=False`` skips every check, the plan's included. **Trusted input only.** The C kernels and
+  the Triton kernels (its CPU interpreter too) use every index as given, so an out-of-range block id,
+  context length, slot or query offset, or a plan from another batch, is undefined behaviour: it may
+  read or write outside the cache, return garbage, or crash the process (a segfault). Keep
+  ``validate=True`` unless the same arguments were validated already.
 """
 
 from __future__ import annotations
@@ -40,52 +46,22 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
 from paged_lab.kernels import checks, cpu_paged, reference, torch_paged
-from paged_lab.kernels._interpret import TRITON_BLOCK_SIZES as TRITON_BLOCK_SIZES  # (re-exported)
-from paged_lab.kernels._interpret import TRITON_HEAD_DIMS as TRITON_HEAD_DIMS
 from paged_lab.kernels._interpret import load_kernels, triton_available
-from paged_lab.kernels._interpret import triton_unsupported as _triton_unsupported
 
 
 # ---------------------------------------------------------------------------------- the backends
-def _tables(plan, block_tables, context_lens):
-    """The C kernels read int64 tables and lengths: the step's plan holds them already (no per-layer copy)."""
-    return (block_tables, context_lens) if plan is None else (plan.table, plan.lens)
-
-
-# The C and Triton kernels read float caches only (their ``unsupported`` says so for an fp8 one), so the
-# k_scale / v_scale an fp8 cache needs never reach them: they take the arguments and have no use for them.
-def _cpu_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=None, **_):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.decode(q, None, None, k_cache, v_cache, None, tables, lens, scale)
-
-
-def _cpu_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale, plan=None, **_):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.prefill(q, k_cache, v_cache, tables, lens, query_start_loc, scale)
-
-
-def _cpu_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
-                          plan=None, **_):
-    tables, lens = _tables(plan, block_tables, context_lens)
-    return cpu_paged.decode(q, k, v, k_cache, v_cache, slot_mapping, tables, lens, scale)
-
-
-def _triton(k_cache):
-    return load_kernels(k_cache.device.type)
-
-
 @dataclass(frozen=True)
 class Backend:
     """One backend: what it runs for each operation, and what it cannot take.
 
-    Every function has the entry point's arguments (``plan``: the step's GatherPlan or None;
-    ``num_splits``/``max_query_len``: hints a backend may ignore; ``k_scale``/``v_scale``, keywords: an fp8
-    cache's scales, which a float cache ignores). ``unsupported(k_cache, v_cache, q)``
-    says why the backend cannot take these tensors, or None. ``uses_plan``: it reads the GatherPlan,
+    Every function has the signature of :mod:`~paged_lab.kernels.reference`'s (``store_and_decode``:
+    ``store_kv``'s and ``paged_attention_decode``'s arguments together). ``unsupported(k_cache, v_cache,
+    q)`` says why the backend cannot take these tensors, or None. ``uses_plan``: it reads the GatherPlan,
     so a caller running many layers should build one per step (``torch_paged.plan_gather``).
     ``takes_window``: its decode and prefill take ``sliding_window=`` (the others are never given one)."""
 
@@ -100,63 +76,43 @@ class Backend:
 
 
 def _store_then_decode(store, decode):
-    """store_and_decode for a backend that has no fused kernel: its store, then its decode."""
-    def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, plan=None,
-            sliding_window=None, **kv_scales):
-        store(k, v, k_cache, v_cache, slot_mapping, plan=plan, **kv_scales)
-        window = {} if sliding_window is None else {"sliding_window": sliding_window}
-        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan, **window,
-                      **kv_scales)
+    """store_and_decode for a backend that has no kernel for both: its store, then its decode."""
+    def run(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale, k_scale=1.0,
+            v_scale=1.0, sliding_window=None, *, plan=None):
+        store(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, plan=plan)
+        return decode(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale, v_scale,
+                      sliding_window, plan=plan)
     return run
 
 
-def _reference_backend() -> Backend:
-    store = lambda k, v, kc, vc, slots, plan=None, k_scale=1.0, v_scale=1.0: reference.store_kv(
-        k, v, kc, vc, slots, k_scale, v_scale)
-    def decode(q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
-        return reference.paged_attention_decode(q, kc, vc, bt, cl, scale, k_scale, v_scale, sliding_window)
-
-    def prefill(q, kc, vc, bt, cl, qsl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
-        return reference.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, k_scale, v_scale,
-                                                 sliding_window)
-
-    return Backend("reference", store, decode, prefill, _store_then_decode(store, decode), takes_window=True)
+def _backend(name: str, module, **facts) -> Backend:
+    """The table's entry for a backend module: its functions, as they are (``store_and_decode`` and
+    ``unsupported`` where it has them)."""
+    fused = getattr(module, "store_and_decode", None)
+    if hasattr(module, "unsupported"):
+        facts["unsupported"] = module.unsupported
+    return Backend(name, module.store_kv, module.paged_attention_decode, module.paged_attention_prefill,
+                   fused or _store_then_decode(module.store_kv, module.paged_attention_decode), **facts)
 
 
-def _triton_backend() -> Backend:
-    store = lambda k, v, kc, vc, slots, plan=None, **_: _triton(kc).store_kv(k, v, kc, vc, slots)
-    decode = lambda q, kc, vc, bt, cl, scale, plan=None, num_splits=None, **_: _triton(
-        kc).paged_attention_decode(q, kc, vc, bt, cl, scale, num_splits=num_splits)
-    prefill = lambda q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, **_: _triton(
-        kc).paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, max_query_len=max_query_len)
-    return Backend("triton", store, decode, prefill, _store_then_decode(store, decode), _triton_unsupported)
+def _on_first_call(op: str) -> Callable:
+    """:mod:`~paged_lab.kernels.triton_paged`'s function ``op``, the module imported on the first call
+    (importing triton is slow, and on a CPU it must follow ``TRITON_INTERPRET``: see ``_interpret``)."""
+    def run(first, *args, **kwargs):  # first: k, q or k_cache, on the device the kernels run on
+        return getattr(load_kernels(first.device.type), op)(first, *args, **kwargs)
+    return run
 
 
-def _torch_backend() -> Backend:
-    def decode(q, kc, vc, bt, cl, scale, plan=None, k_scale=1.0, v_scale=1.0, sliding_window=None, **_):
-        return torch_paged.paged_attention_decode(q, kc, vc, bt, cl, scale, plan=plan, k_scale=k_scale,
-                                                  v_scale=v_scale, sliding_window=sliding_window)
-
-    def prefill(q, kc, vc, bt, cl, qsl, scale, plan=None, max_query_len=None, k_scale=1.0, v_scale=1.0,
-                sliding_window=None):
-        return torch_paged.paged_attention_prefill(q, kc, vc, bt, cl, qsl, scale, plan=plan,
-                                                   max_query_len=max_query_len, k_scale=k_scale,
-                                                   v_scale=v_scale, sliding_window=sliding_window)
-
-    return Backend("torch", torch_paged.store_kv, decode, prefill, torch_paged.torch_store_and_decode,
-                   uses_plan=True, takes_window=True)
-
+_TRITON = SimpleNamespace(**{op: _on_first_call(op) for op in (
+    "store_kv", "paged_attention_decode", "paged_attention_prefill", "unsupported")})
 
 # The backend table: the name a caller passes -> what runs. "auto" is not a backend but a choice
 # among these (see _candidates).
 BACKEND_TABLE: dict[str, Backend] = {
-    "triton": _triton_backend(),
-    # C kernels (cpu_paged) for attention; they store K/V inside store_and_decode, a plain store_kv is torch's
-    "cpu": Backend("cpu", torch_paged.store_kv, _cpu_decode, _cpu_prefill, _cpu_store_and_decode,
-                   lambda k_cache, v_cache, q=None: cpu_paged.why_unusable(k_cache, v_cache, q),
-                   uses_plan=True),
-    "torch": _torch_backend(),
-    "reference": _reference_backend(),
+    "triton": _backend("triton", _TRITON),
+    "cpu": _backend("cpu", cpu_paged, uses_plan=True),
+    "torch": _backend("torch", torch_paged, uses_plan=True, takes_window=True),
+    "reference": _backend("reference", reference, takes_window=True),
 }
 BACKENDS = ("auto", *BACKEND_TABLE)
 
@@ -173,10 +129,6 @@ class KernelStats:
     calls: Counter = field(default_factory=Counter)  # backend name -> calls it completed
     failures: Counter = field(default_factory=Counter)  # backend name -> calls that raised (then fell back)
     last_error: dict = field(default_factory=dict)  # backend name -> "op: ErrorType: message"
-
-    def as_dict(self) -> dict:
-        return {"calls": dict(self.calls), "failures": dict(self.failures),
-                "last_error": dict(self.last_error)}
 
 
 STATS = KernelStats()
@@ -246,13 +198,6 @@ def _record_failure(stats: KernelStats, name: str, op: str, error: Exception, in
     stats.last_error[name] = message
 
 
-def _run(op: str, backend: str, stats: KernelStats | None, k_cache, v_cache, q, *args, **kwargs):
-    """A public entry point's call: choose among the candidates for these tensors, then the fallback rule."""
-    names = _candidates(backend, k_cache, v_cache, q, kwargs.get("sliding_window"))
-    return _run_first(tuple(BACKEND_TABLE[n] for n in names), STATS if stats is None else stats, op,
-                      *args, **kwargs)
-
-
 @dataclass
 class StepPlan:
     """What the chosen backend prepared for one batch of a step; every layer of the step reads it.
@@ -269,10 +214,10 @@ class StepPlan:
 
 
 class ChosenBackend:
-    """The attention backend of one engine, chosen once (:func:`choose_backend`), and the calls every
-    layer of every step makes: no choice per call and no argument checks (the engine checks each step's
-    tensors once, ``checks.check_step``). ``names``: the candidates in order, the one that runs first;
-    more than one only under "auto", where the fallback rule holds as for the public entry points."""
+    """The backend chosen once (:func:`choose_backend`), and the calls that run it: no choice per call and
+    no argument checks (an entry point checks its call's arguments; the engine checks each step's tensors
+    once, ``checks.check_step``). ``names``: the candidates in order, the one that runs first; more than
+    one only under "auto", where each call follows the fallback rule (:func:`_run_first`)."""
 
     def __init__(self, names: tuple[str, ...], stats: KernelStats, skipped: dict[str, str] | None = None):
         self.names = names
@@ -312,6 +257,12 @@ class ChosenBackend:
                  v_scale: float = 1.0):
         _run_first(self.backends, self.stats, "store_kv", k, v, k_cache, v_cache, slot_mapping,
                    plan=plan.gather, k_scale=k_scale, v_scale=v_scale)
+
+    def decode(self, q, k_cache, v_cache, block_tables, context_lens, scale: float, plan: StepPlan,
+               num_splits: int | None = None, k_scale: float = 1.0, v_scale: float = 1.0):
+        return _run_first(self.backends, self.stats, "decode", q, k_cache, v_cache, block_tables,
+                          context_lens, scale, plan=plan.gather, num_splits=num_splits, k_scale=k_scale,
+                          v_scale=v_scale, **self._window(plan))
 
     def store_and_decode(self, q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens,
                          scale: float, plan: StepPlan, k_scale: float = 1.0, v_scale: float = 1.0):
@@ -362,27 +313,28 @@ def _skipped(k_cache, v_cache, q, chosen: str, sliding_window: int | None = None
 
 
 # -------------------------------------------------------------------------------- the entry points
+# Each checks its call's arguments, chooses (choose_backend) and runs the ChosenBackend. The arguments
+# besides the tensors (backend, validate, plan, stats, k_scale/v_scale, sliding_window) are the module
+# docstring's.
+def _choice(backend: str, stats: KernelStats | None, k_cache, v_cache, q=None,
+            sliding_window: int | None = None) -> ChosenBackend:
+    return choose_backend(backend, k_cache, v_cache, q, STATS if stats is None else stats, sliding_window)
+
+
 def store_kv(k, v, k_cache, v_cache, slot_mapping, backend: str = "auto", validate: bool = True,
              plan=None, stats: KernelStats | None = None, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
     """Write each token's K/V into its slot of the paged cache, in place.
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; k_cache, v_cache:
     ``[num_blocks, block_size, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``,
-    ``slot = block * block_size + offset``; a negative slot skips that token (padding).
-    An fp8 cache (``torch.float8_e4m3fn``) stores ``k / k_scale`` and ``v / v_scale``
-    (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
-    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
-    crash the process (see the module docstring).
-    """
+    ``slot = block * block_size + offset``; a negative slot skips that token (padding)."""
     checks.check_kv_scales(k_scale, v_scale)
     if validate:
         checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
         checks.check_plan(plan, k_cache, slot_mapping=slot_mapping)
-    if k.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache)  # a bad backend name still raises
-        return
-    _run("store_kv", backend, stats, k_cache, v_cache, None, k, v, k_cache, v_cache, slot_mapping, plan=plan,
-         k_scale=k_scale, v_scale=v_scale)
+    chosen = _choice(backend, stats, k_cache, v_cache)  # a bad backend name raises, with no tokens too
+    if k.shape[0] > 0:
+        chosen.store_kv(k, v, k_cache, v_cache, slot_mapping, StepPlan(plan), k_scale, v_scale)
 
 
 def paged_attention_decode(
@@ -396,24 +348,19 @@ def paged_attention_decode(
     q: ``[num_seqs, num_heads, head_dim]``; block_tables: int ``[num_seqs, max_blocks]``;
     context_lens: int ``[num_seqs]`` (includes the query token, already stored with :func:`store_kv`).
     ``num_splits`` (Triton only): split each sequence's context into that many partitions merged by
-    log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path.
-    ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
-    ``sliding_window``: attend to the last that many tokens only (see the module docstring).
-    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
-    crash the process (see the module docstring).
-    """
+    log-sum-exp (flash-decoding); ``None`` lets the kernel choose, 1 forces the unsplit path."""
     checks.check_kv_scales(k_scale, v_scale)
-    window = checks.check_sliding_window(sliding_window)
+    checks.check_sliding_window(sliding_window)
     if validate:
         checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
         checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens)
     checks.check_num_splits(num_splits)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache, None, sliding_window)
+        _choice(backend, stats, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
-    return _run("decode", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
-                context_lens, float(scale), plan=plan, num_splits=num_splits, k_scale=k_scale,
-                v_scale=v_scale, **window)
+    return _choice(backend, stats, k_cache, v_cache, q, sliding_window).decode(
+        q, k_cache, v_cache, block_tables, context_lens, float(scale),
+        StepPlan(plan, sliding_window=sliding_window), num_splits, k_scale, v_scale)
 
 
 def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale,
@@ -423,23 +370,20 @@ def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, cont
     """:func:`store_kv` then :func:`paged_attention_decode`, in one call where the backend has one
     kernel for both (``"cpu"``; ``"torch"`` with a plan and a layer's K/V as the halves of one tensor,
     as ``engine.KVCache`` keeps them). Arguments as those two functions'; q ``[num_seqs, num_heads,
-    head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``. This is the public entry point; each
-    backend's own implementation is its ``Backend.store_and_decode`` (``torch_paged.torch_store_and_decode``,
-    ``cpu_paged.decode``...). ``validate=False``: trusted input only; out-of-range indices are
-    undefined behaviour and may crash the process (see the module docstring)."""
+    head_dim]``, k, v ``[num_seqs, num_kv_heads, head_dim]``."""
     checks.check_kv_scales(k_scale, v_scale)
-    window = checks.check_sliding_window(sliding_window)
+    checks.check_sliding_window(sliding_window)
     if validate:
         checks.check_store_kv(k, v, k_cache, v_cache, slot_mapping)
         checks.check_decode(q, k_cache, v_cache, block_tables, context_lens, scale, sliding_window)
         checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens,
                           slot_mapping=slot_mapping)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache, None, sliding_window)
+        _choice(backend, stats, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
-    return _run("store_and_decode", backend, stats, k_cache, v_cache, q, q, k, v, k_cache, v_cache,
-                slot_mapping, block_tables, context_lens, float(scale), plan=plan, k_scale=k_scale,
-                v_scale=v_scale, **window)
+    return _choice(backend, stats, k_cache, v_cache, q, sliding_window).store_and_decode(
+        q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, float(scale),
+        StepPlan(plan, sliding_window=sliding_window), k_scale, v_scale)
 
 
 def paged_attention_prefill(
@@ -454,25 +398,20 @@ def paged_attention_prefill(
     ``[num_seqs + 1]`` (0, then the cumsum of query lengths). Sequence ``i``'s query tokens are the
     last ``query_len`` positions of its ``context_lens[i]`` tokens (chunked prefill and cached
     prefixes: the earlier context is read from the cache). ``max_query_len``: the longest query, when
-    the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device.
-    ``k_scale``/``v_scale``: an fp8 cache is read as ``x * scale`` (a float cache ignores them).
-    ``sliding_window``: each query attends to its last that many positions only.
-    ``validate=False``: trusted input only; out-of-range indices are undefined behaviour and may
-    crash the process (see the module docstring).
-    """
+    the caller knows it (the engine does); Triton sizes its grid with it, else reads it from the device."""
     checks.check_kv_scales(k_scale, v_scale)
-    window = checks.check_sliding_window(sliding_window)
+    checks.check_sliding_window(sliding_window)
     if validate:
         checks.check_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
                              max_query_len, sliding_window)
         checks.check_plan(plan, k_cache, sliding_window, block_tables=block_tables, context_lens=context_lens,
                           query_start_loc=query_start_loc)
     if q.shape[0] == 0:
-        _candidates(backend, k_cache, v_cache, None, sliding_window)
+        _choice(backend, stats, k_cache, v_cache, None, sliding_window)
         return torch.empty_like(q)
-    return _run("prefill", backend, stats, k_cache, v_cache, q, q, k_cache, v_cache, block_tables,
-                context_lens, query_start_loc, float(scale), plan=plan, max_query_len=max_query_len,
-                k_scale=k_scale, v_scale=v_scale, **window)
+    return _choice(backend, stats, k_cache, v_cache, q, sliding_window).prefill(
+        q, k_cache, v_cache, block_tables, context_lens, query_start_loc, float(scale),
+        StepPlan(plan, sliding_window=sliding_window), max_query_len, k_scale, v_scale)
 
 
 def paged_attention(

@@ -20,6 +20,11 @@ An fp8 cache (``torch.float8_e4m3fn``) stores ``x / k_scale`` (or ``v_scale``) a
 ``x * scale`` (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
 This file does no argument checking: call it through :mod:`paged_lab.kernels.dispatch`
 (``backend="reference"``), which validates shapes, dtypes and table contents first.
+
+Its three functions are the interface every backend has, with these signatures (torch_paged, cpu_paged,
+triton_paged; :mod:`~paged_lab.kernels.dispatch` holds the table of them). The keyword-only ``plan``,
+``num_splits`` and ``max_query_len`` are what the faster backends precompute or tune (a step's indices,
+how to split a long context, the grid's size); a loop over sequences needs none of them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from paged_lab.kernels.quant import dequantize_kv, quantize_kv
 from paged_lab.kv_math import cdiv
 
 
-def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0, *,
+             plan=None) -> None:
     """Write token ``i``'s K/V into slot ``slot_mapping[i]`` of the paged pool (in place).
 
     k, v: ``[num_tokens, num_kv_heads, head_dim]``; slot_mapping: int ``[num_tokens]``.
@@ -97,7 +103,8 @@ def attend(q, k, v, scale: float, causal_offset: int | None = None, sliding_wind
 
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
-                           k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None):
+                           k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                           plan=None, num_splits: int | None = None):
     """One new query token per sequence attends to its whole paged context (its last
     ``sliding_window`` tokens, with a window).
 
@@ -117,7 +124,8 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
 
 
 def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
-                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None):
+                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                            plan=None, max_query_len: int | None = None):
     """Several query tokens per sequence, causal, over the paged context (also chunked prefill).
 
     q: ``[num_tokens, num_heads, head_dim]``, all sequences' query tokens concatenated;

@@ -13,7 +13,9 @@ functions of :mod:`~paged_lab.kernels.quant` (``k_scale``/``v_scale``: the layer
 a float cache ignores them).
 
 This is torch only. The same attention in C (:mod:`~paged_lab.kernels.cpu_paged`, no gathered copy) is
-the dispatch's ``"cpu"`` backend, which ``"auto"`` picks where it can run.
+the dispatch's ``"cpu"`` backend, which ``"auto"`` picks where it can run. :func:`store_kv`,
+:func:`paged_attention_decode` and :func:`paged_attention_prefill` have the reference's signatures (the
+backend interface); :func:`store_and_decode` does both in one pass where it can.
 """
 
 from __future__ import annotations
@@ -206,8 +208,8 @@ def _store_plan_mismatch(plan, slot_mapping) -> str | None:
     return None
 
 
-def store_kv(k, v, k_cache, v_cache, slot_mapping, plan: GatherPlan | None = None, k_scale: float = 1.0,
-             v_scale: float = 1.0) -> None:
+def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0, *,
+             plan: GatherPlan | None = None) -> None:
     """:func:`paged_lab.kernels.reference.store_kv`, as one ``index_copy_`` per cache when ``plan``
     carries the batch's store indices (no per-layer masking and slot -> (block, offset) split)."""
     if plan is None or plan.store_slots is None or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
@@ -226,7 +228,7 @@ def _gather(cache, plan: GatherPlan, scale: float = 1.0) -> torch.Tensor:
     """cache [num_blocks, block_size, kvh, d] -> float32 [S, T, kvh, d]: each sequence's blocks in table
     order (an fp8 cache dequantized with ``scale``). ``index_select`` over whole blocks (rows of
     block_size * kvh * d numbers) copies each block with one memcpy; ``cache[table]`` (advanced indexing)
-    measured about 7x slower for the same copy."""
+    gathers element by element (the two measured: ``docs/benchmarks.md``, "Block gathers")."""
     S, nb = plan.table.shape
     rows = cache.reshape(cache.shape[0], -1).index_select(0, plan.table.flatten())  # [S * nb, bs * kvh * d]
     return dequantize_kv(rows.view(S, nb * cache.shape[1], *cache.shape[2:]), scale)
@@ -263,16 +265,14 @@ def _attend(q, k, v, mask, scale: float):
 
 
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale: float,
-                           max_context_len=None,
-                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
-                           sliding_window: int | None = None):
+                           k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                           plan: GatherPlan | None = None, num_splits: int | None = None):
     """Batched decode; same contract as :func:`paged_lab.kernels.reference.paged_attention_decode`
-    (a ``plan`` carries its own ``sliding_window``)."""
+    (a ``plan`` carries its own ``sliding_window``; ``num_splits`` is Triton's and ignored here)."""
     if q.shape[0] == 0:
         return torch.empty_like(q)
     if plan is None:
-        max_ctx = None if max_context_len is None else int(max_context_len)
-        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1],
                            sliding_window=sliding_window)
     k, v, _ = gather_padded(k_cache, v_cache, block_tables, context_lens, 0, plan, k_scale, v_scale)
     return _decode_attend(q, k, v, plan, scale)
@@ -335,33 +335,30 @@ def one_tensor(k_cache, v_cache) -> torch.Tensor | None:
     return k_cache.as_strided((2, *k_cache.shape), (n, *k_cache.stride()))
 
 
-def torch_store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
-                           plan: GatherPlan | None = None, k_scale: float = 1.0, v_scale: float = 1.0,
-                           sliding_window: int | None = None):
+def store_and_decode(q, k, v, k_cache, v_cache, slot_mapping, block_tables, context_lens, scale: float,
+                     k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                     plan: GatherPlan | None = None):
     """The torch backend's ``store_and_decode`` (the dispatch's public ``store_and_decode`` runs it):
     :func:`fused_store_and_decode` (fewer ops) when the plan can fuse and the caches are one tensor's
     halves, else :func:`store_kv` then :func:`paged_attention_decode`."""
     kv = one_tensor(k_cache, v_cache)
     if plan is not None and plan.can_fuse and kv is not None:
         return fused_store_and_decode(q, k, v, kv, plan, scale, k_scale, v_scale)
-    store_kv(k, v, k_cache, v_cache, slot_mapping, plan=plan, k_scale=k_scale, v_scale=v_scale)
-    return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, plan=plan,
-                                  k_scale=k_scale, v_scale=v_scale, sliding_window=sliding_window)
+    store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale, plan=plan)
+    return paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale, v_scale,
+                                  sliding_window, plan=plan)
 
 
-def paged_attention_prefill(
-    q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float, max_context_len=None,
-    plan: GatherPlan | None = None, max_query_len: int | None = None, k_scale: float = 1.0,
-    v_scale: float = 1.0, sliding_window: int | None = None,
-):
+def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale: float,
+                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window: int | None = None, *,
+                            plan: GatherPlan | None = None, max_query_len: int | None = None):
     """Batched (chunked) prefill; same contract as
     :func:`paged_lab.kernels.reference.paged_attention_prefill`."""
     num_tokens = q.shape[0]
     if num_tokens == 0:
         return torch.empty_like(q)
     if plan is None:
-        max_ctx = None if max_context_len is None else int(max_context_len)
-        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1], max_ctx,
+        plan = plan_gather(block_tables.to(k_cache.device), context_lens, k_cache.shape[1],
                            query_start_loc=query_start_loc, max_query_len=max_query_len,
                            sliding_window=sliding_window)
     S = plan.table.shape[0]

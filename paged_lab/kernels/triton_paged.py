@@ -1,49 +1,126 @@
 """Paged attention in Triton: store_kv, decode (with split-KV flash-decoding) and prefill.
 
-Each section is one kernel, then its launcher (the Python function that sizes the grid and launches
-it); the checks of whether these kernels can run here come last. How each launch is sized per GPU
-target (grid, constexprs, ``num_warps``) is in :mod:`paged_lab.kernels.triton_launch`.
-
-Import this module through :func:`paged_lab.kernels._interpret.load_kernels` (the dispatch does),
-which turns Triton's interpreter on when there is no CUDA GPU. The launchers here assume validated
-arguments (see :mod:`paged_lab.kernels.checks`).
+Read it top to bottom: what the kernels take, how a launch is sized, each kernel with its launcher (which
+sizes the grid and launches it), and a check against :mod:`paged_lab.kernels.reference` that
+``python -m paged_lab.kernels.triton_paged`` runs (under Triton's interpreter where there is no CUDA GPU).
 
 How the kernels read the cache. Per layer, ``k_cache[num_blocks, block_size, num_kv_heads, head_dim]``;
 a sequence's token at position ``p`` lives in physical block ``block_table[p // block_size]``, row
 ``p % block_size``. The kernels walk the context in *tiles* of ``TILE`` token positions and look the
-physical block of every position up in the table. ``TILE`` is ``block_size`` clamped to
-[16, max_tile]: at least 16 because ``tl.dot`` needs it (so two 8-token blocks share a tile), at most
-32 or 64 to bound shared memory and registers (so a 256-token block takes four to eight tiles); see
-:func:`~paged_lab.kernels.triton_launch.max_tile`. Positions at or past ``context_len`` are masked
-twice: on the *loads* (``other=0``, so NaN or garbage in unused slots is never read) and on the
-*scores* (``-inf``, so they get zero weight).
+physical block of every position up in the table (:func:`tile_for` sizes a tile). Positions at or past
+``context_len`` are masked twice: on the *loads* (``other=0``, so NaN or garbage in unused slots is never
+read) and on the *scores* (``-inf``, so they get zero weight).
 
 GQA: one program serves one KV head and the whole group of query heads that share it, so each K/V
 tile is loaded once per group. ``tl.arange`` needs powers of two, so the group is padded
-(``GROUP_PAD``) and the padding rows are masked on load and store.
+(``GROUP_PAD``) and the padding rows are masked on load and store. Softmax is online (running max
+``m``, running sum ``l_sum``) in base 2: scores are pre-multiplied by ``scale * log2(e)`` so ``exp2``
+can be used; the log-sum-exp of a split is kept in the same base.
 
-Softmax is online (running max ``m``, running sum ``l_sum``) in base 2: scores are pre-multiplied by
-``scale * log2(e)`` so ``exp2`` can be used; the log-sum-exp of a split is kept in the same base.
+A launch (grid, constexprs, ``num_warps``) is a pure function of the shapes and the GPU's compute
+capability, which ``paged_lab.tools.aot`` compiles for sm_75 to sm_90 without a GPU.
+
+:func:`store_kv`, :func:`paged_attention_decode` and :func:`paged_attention_prefill` have every backend's
+signatures (:mod:`~paged_lab.kernels.reference`); the dispatch gives them no fp8 cache and no window
+(:func:`unsupported`), so the scales, ``sliding_window`` and ``plan`` go unused; they trust validated
+arguments (:mod:`~paged_lab.kernels.checks`). Import this module through ``_interpret.load_kernels``.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
 
 import torch
 import triton
 import triton.language as tl
 
-from paged_lab.kernels.triton_launch import (
-    MIN_CC,
-    choose_num_splits,
-    compute_in_f32,
-    decode_launch,
-    device_cc,
-    prefill_launch,
-    store_kv_launch,
-    tile_for,
-)
+from paged_lab.kernels.quant import is_quantized
 
 LOG2E = 1.4426950408889634
+
+
+# ------------------------------------------------------------------------------ what the kernels take
+TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # what the kernels are written and tested for
+TRITON_HEAD_DIMS = (64, 128)
+MIN_CC = 75  # compute capability (10 * major + minor); older GPUs (V100 = sm_70 ...) are refused
+INTERPRETER_CC = 80  # under the interpreter (cc None) tiles are chosen as for an A100
+
+
+def unsupported(k_cache, v_cache, q=None) -> str | None:
+    """Why these kernels cannot take this cache, or None when they can (the dispatch asks this)."""
+    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
+    if is_quantized(k_cache.dtype):
+        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
+                f"the torch backend dequantizes fp8)")
+    if block_size not in TRITON_BLOCK_SIZES:
+        return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
+    if head_dim not in TRITON_HEAD_DIMS:
+        return f"head_dim {head_dim} (the Triton kernels support {TRITON_HEAD_DIMS})"
+    if k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
+        return (f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need "
+                f"head_dim contiguous and both caches laid out alike; pass .contiguous() caches)")
+    return unsupported_reason(k_cache.dtype, k_cache.device)
+
+
+def unsupported_reason(dtype, device) -> str | None:
+    """Why the kernels must not run on ``device`` (a GPU older than sm_75), or None when they can."""
+    cc = device_cc(device)
+    if cc is not None and cc < MIN_CC:
+        return (f"GPU {torch.cuda.get_device_name(device)} (sm_{cc}): the Triton kernels are compiled and "
+                f"checked for sm_{MIN_CC} (T4) and newer")  # fmt: skip
+    return None
+
+
+# ------------------------------------------------------------------------------ how a launch is sized
+@dataclass(frozen=True)
+class Launch:
+    """How one kernel is launched: ``kernel[grid](*args, **constexprs, **options)``."""
+
+    grid: tuple
+    constexprs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # num_warps...: compile options, also given to triton.compile
+
+
+def device_cc(device) -> int | None:
+    """Compute capability as 10 * major + minor (75 for a T4, 90 for an H100), None off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def compute_in_f32(dtype, cc: int | None) -> bool:
+    """Upcast K/V tiles to float32 and use IEEE fp32 dots? fp32 inputs: yes (not TF32). fp16: no,
+    native tensor-core dots. bf16: native on sm_80 and newer; sm_75 (T4) has no bf16 tensor cores,
+    and the interpreter (cc None) does bf16 arithmetic on raw bits, so there the tiles are upcast."""
+    if dtype == torch.float32:
+        return True
+    return dtype == torch.bfloat16 and (cc is None or cc < 80)
+
+
+def max_tile(f32: bool, cc: int | None) -> int:
+    """Largest TILE (token positions per loop step). fp32 K and V tiles take twice the bytes of half
+    ones: at 64 positions x head_dim 128 they need more shared memory than a T4 (64 KiB) or an sm_86
+    (99 KiB) has, and spill registers on sm_90; 32 fits all. Half tiles: 64 from sm_80 up; 32 on sm_75."""
+    if f32 or (cc or INTERPRETER_CC) < 80:
+        return 32
+    return 64
+
+
+def tile_for(block_size: int, f32: bool, cc: int | None) -> int:
+    """TILE: ``block_size`` clamped to [16, :func:`max_tile`]."""
+    return min(max(block_size, 16), max_tile(f32, cc))
+
+
+def prefill_rows(f32: bool, cc: int | None, head_dim: int) -> int:
+    """Rows (query tokens x GQA heads) one prefill program holds. Its q and accumulator live in
+    registers, [rows, head_dim] each, so rows x head_dim is bounded: 4,096 for half dots from sm_80 up
+    (64 rows at head_dim 64, 32 at 128), 2,048 for fp32 tiles and on sm_75 (spills otherwise, up to
+    8.8 KB per thread on sm_90 before this limit). Never under 16 (``tl.dot``)."""
+    budget = 2048 if f32 or (cc or INTERPRETER_CC) < 80 else 4096
+    return max(budget // head_dim, 16)
 
 
 # -------------------------------------------------------------------------------------- store_kv
@@ -73,19 +150,19 @@ def _store_kv_kernel(
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
-def store_kv(k, v, k_cache, v_cache, slot_mapping):
+def store_kv_launch(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int) -> Launch:
+    consts = dict(NUM_KV_HEADS=num_kv_heads, HEADS_PAD=triton.next_power_of_2(num_kv_heads),
+                  HEAD_DIM=head_dim, BLOCK_SIZE=block_size)  # fmt: skip
+    return Launch((num_tokens,), consts, dict(num_warps=4))
+
+
+def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0, *, plan=None):
     """Write ``k, v [num_tokens, num_kv_heads, head_dim]`` into slots ``slot_mapping`` of the cache."""
     k, v = k.contiguous(), v.contiguous()
     num_tokens, num_kv_heads, head_dim = k.shape
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
-        "cache head_dim must be contiguous")
     launch = store_kv_launch(num_tokens, num_kv_heads, head_dim, k_cache.shape[1])
-    _store_kv_kernel[launch.grid](
-        k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), k.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        **launch.constexprs, **launch.options,
-    )  # fmt: skip
+    _store_kv_kernel[launch.grid](k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1),
+                                  *k_cache.stride()[:3], **launch.constexprs, **launch.options)
 
 
 # ---------------------------------------------------------------------------------------- decode
@@ -155,7 +232,6 @@ def _decode_kernel(
     num_tiles = tl.cdiv(context_len, TILE)
     tile_start = split * tiles_per_split
     tile_end = tl.minimum(tile_start + tiles_per_split, num_tiles)
-
     g = tl.arange(0, GROUP_PAD)  # [GROUP_PAD] query heads of this KV head (padded to a power of two)
     g_mask = g < GROUP
     heads = kv_head * GROUP + g
@@ -175,10 +251,8 @@ def _decode_kernel(
         pos = t * TILE + offs  # [TILE] token positions
         valid = pos < context_len  # the last tile may run past the context: mask loads AND scores
         m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq,
-                                     kv_head,
-                                     pos, valid, valid[None, :], d, qk_scale,
-                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE,
-                                     F32)  # fmt: skip
+                                     kv_head, pos, valid, valid[None, :], d, qk_scale,
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)
 
     out_off = seq * stride_os + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
@@ -198,8 +272,7 @@ def _merge_splits_kernel(
     out_ptr,  # [num_seqs, num_heads, head_dim]
     part_ptr,  # float32 [num_seqs, num_heads, num_splits, head_dim]: each split's normalized output
     lse_ptr,  # float32 [num_seqs, num_heads, num_splits]: each split's log2-sum-exp
-    num_splits,
-    stride_os, stride_oh,
+    num_splits, stride_os, stride_oh,
     SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):
     """Flash-decoding merge: out = sum_i w_i * out_i with w_i = 2^(lse_i - lse_total)."""
@@ -219,18 +292,49 @@ def _merge_splits_kernel(
     tl.store(out_ptr + seq * stride_os + head * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
 
-def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, num_splits=None):
-    """Decode attention over the paged cache; see
-    :func:`paged_lab.kernels.dispatch.paged_attention_decode`."""
+def decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks, dtype, cc,
+                  num_splits=1) -> tuple[Launch, Launch | None, int]:  # fmt: skip
+    """-> (decode, merge or None, tiles_per_split). ``max_blocks`` is the block table's width; the
+    longest context is bounded by it, so no device sync is needed to read ``context_lens``."""
+    f32 = compute_in_f32(dtype, cc)
+    tile = tile_for(block_size, f32, cc)
+    max_tiles = triton.cdiv(max_blocks * block_size, tile)
+    num_splits = max(1, min(num_splits, max_tiles))
+    tiles_per_split = triton.cdiv(max_tiles, num_splits)
+    num_splits = triton.cdiv(max_tiles, tiles_per_split)  # drop splits that would always be empty
+    group = num_heads // num_kv_heads
+    consts = dict(GROUP=group, GROUP_PAD=max(triton.next_power_of_2(group), 16), HEAD_DIM=head_dim,
+                  BLOCK_SIZE=block_size, TILE=tile, SPLIT=num_splits > 1, F32=f32)  # fmt: skip
+    decode = Launch((num_seqs, num_kv_heads, num_splits), consts, dict(num_warps=4))
+    if num_splits == 1:
+        return decode, None, tiles_per_split
+    merge = Launch((num_seqs, num_heads), dict(SPLITS_PAD=triton.next_power_of_2(num_splits),
+                                               HEAD_DIM=head_dim), dict(num_warps=4))
+    return decode, merge, tiles_per_split
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_tokens: int, device) -> int:
+    """Split the context only when too few (seq, KV head) programs would leave SMs idle: partitions of
+    at least 512 tokens (the merge stays cheap), aiming at ~4 programs per SM (a memory-bound kernel needs
+    several in flight). A heuristic, not tuned on hardware yet. On CPU it never splits."""
+    if device.type != "cuda":
+        return 1
+    target = 4 * torch.cuda.get_device_properties(device).multi_processor_count
+    programs = num_seqs * num_kv_heads
+    if programs >= target or max_tokens < 1024:
+        return 1
+    return max(1, min(math.ceil(target / programs), max_tokens // 512, 64))
+
+
+def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale: float = 1.0,
+                           v_scale: float = 1.0, sliding_window=None, *, plan=None, num_splits=None):
+    """Decode attention over the paged cache (``dispatch.paged_attention_decode``)."""
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
-    # `out` is allocated contiguous, not empty_like(q): q may be a strided view, and the kernels write
-    # `out` with head_dim stride 1.
+    # contiguous, not empty_like(q): q may be a strided view, and the kernels write head_dim stride 1
     out = torch.empty((num_seqs, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
-        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     cc = device_cc(q.device)
@@ -239,8 +343,7 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
         max_tokens = triton.cdiv(block_tables.shape[1] * block_size, tile) * tile
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_tokens, q.device)
     decode, merge, tiles_per_split = decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size,
-                                                   block_tables.shape[1], q.dtype, cc,
-                                                   num_splits)  # fmt: skip
+                                                   block_tables.shape[1], q.dtype, cc, num_splits)
     if merge is not None:
         num_splits = decode.grid[2]
         part = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
@@ -249,19 +352,13 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
     else:
         lse = out  # unused
         dst, s_os, s_oh, s_op = out, out.stride(0), out.stride(1), 0
-    _decode_kernel[decode.grid](
-        dst, lse, q, k_cache, v_cache, block_tables, context_lens,
-        scale * LOG2E, tiles_per_split,
-        q.stride(0), q.stride(1),
-        s_os, s_oh, s_op,
-        block_tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        **decode.constexprs, **decode.options,
-    )  # fmt: skip
+    _decode_kernel[decode.grid](dst, lse, q, k_cache, v_cache, block_tables, context_lens, scale * LOG2E,
+                                tiles_per_split, q.stride(0), q.stride(1), s_os, s_oh, s_op,
+                                block_tables.stride(0), *k_cache.stride()[:3], **decode.constexprs,
+                                **decode.options)
     if merge is not None:
-        _merge_splits_kernel[merge.grid](
-            out, part, lse, num_splits, out.stride(0), out.stride(1), **merge.constexprs, **merge.options,
-        )  # fmt: skip
+        _merge_splits_kernel[merge.grid](out, part, lse, num_splits, out.stride(0), out.stride(1),
+                                         **merge.constexprs, **merge.options)
     return out
 
 
@@ -275,9 +372,7 @@ def _prefill_kernel(
     context_lens_ptr,  # int [num_seqs], includes the query tokens
     query_start_loc_ptr,  # int [num_seqs + 1]
     qk_scale,  # softmax scale * log2(e)
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_bts,
-    stride_cb, stride_co, stride_ch,
+    stride_qt, stride_qh, stride_ot, stride_oh, stride_bts, stride_cb, stride_co, stride_ch,  # as in decode
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, F32: tl.constexpr,
 ):
@@ -318,10 +413,8 @@ def _prefill_kernel(
         causal = valid[None, :] & (pos[None, :] <= q_pos[:, None])  # [M, TILE]
         # position 0 is in the first tile, so m is finite from then on
         m, l_sum, acc = _attend_tile(q, m, l_sum, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq,
-                                     kv_head,
-                                     pos, valid, causal, d, qk_scale,
-                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE,
-                                     F32)  # fmt: skip
+                                     kv_head, pos, valid, causal, d, qk_scale,
+                                     stride_bts, stride_cb, stride_co, stride_ch, BLOCK_SIZE, F32)
 
     out = acc / tl.where(row_mask, l_sum, 1.0)[:, None]
     out_off = (q_start + qi) * stride_ot + (kv_head * GROUP + g) * stride_oh
@@ -329,13 +422,27 @@ def _prefill_kernel(
              mask=row_mask[:, None])
 
 
-def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
-                            max_query_len=None):  # fmt: skip
-    """Causal (chunked) prefill over the paged cache; see
-    :func:`paged_lab.kernels.dispatch.paged_attention_prefill`.
+def prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, block_size, dtype,
+                   cc) -> Launch:
+    f32 = compute_in_f32(dtype, cc)
+    group = num_heads // num_kv_heads
+    group_pad = triton.next_power_of_2(group)
+    rows = prefill_rows(f32, cc, head_dim)
+    # rows per program = block_q * group_pad: `rows`, never under 16 (tl.dot), fewer for short queries
+    block_q = min(max(rows // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
+    consts = dict(GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
+                  TILE=tile_for(block_size, f32, cc), F32=f32)  # fmt: skip
+    # head_dim 128: eight warps share the [rows, 128] q and accumulator (with four, ptxas spills 0.5-3 KB)
+    num_warps = 8 if head_dim >= 128 else 4
+    grid = (num_seqs, triton.cdiv(max_query_len, block_q), num_kv_heads)
+    return Launch(grid, consts, dict(num_warps=num_warps))
 
-    ``max_query_len`` sizes the grid; when None it is read from ``query_start_loc`` (one device sync).
-    """
+
+def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, query_start_loc, scale,
+                            k_scale: float = 1.0, v_scale: float = 1.0, sliding_window=None, *, plan=None,
+                            max_query_len=None):  # fmt: skip
+    """Causal (chunked) prefill over the paged cache (``dispatch.paged_attention_prefill``).
+    ``max_query_len`` sizes the grid; when None it is read from ``query_start_loc`` (one device sync)."""
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     # contiguous, as in decode
@@ -343,40 +450,51 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
     num_seqs = query_start_loc.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
-    assert k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride(), (
-        "cache head_dim must be contiguous")
     q = q if q.stride(2) == 1 else q.contiguous()
     block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     launch = prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, block_size, q.dtype,
                             device_cc(q.device))  # fmt: skip
-    _prefill_kernel[launch.grid](
-        out, q, k_cache, v_cache, block_tables, context_lens, query_start_loc,
-        scale * LOG2E,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        block_tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        **launch.constexprs, **launch.options,
-    )  # fmt: skip
+    _prefill_kernel[launch.grid](out, q, k_cache, v_cache, block_tables, context_lens, query_start_loc,
+                                 scale * LOG2E, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+                                 block_tables.stride(0), *k_cache.stride()[:3], **launch.constexprs,
+                                 **launch.options)
     return out
 
 
-# ---------------------------------------------------------------------------------------- checks
-def unsupported_reason(dtype, device) -> str | None:
-    """Why the kernels must not run on ``device`` (a GPU older than sm_75), or None when they can."""
-    cc = device_cc(device)
-    if cc is not None and cc < MIN_CC:
-        return (f"GPU {torch.cuda.get_device_name(device)} (sm_{cc}): the Triton kernels are compiled and "
-                f"checked for sm_{MIN_CC} (T4) and newer")  # fmt: skip
-    return None
+# ---------------------------------------------------------------------- the check against the reference
+def check_against_reference(device, dtype=torch.float32, seed: int = 0) -> dict[str, float]:
+    """Each kernel against :mod:`~paged_lab.kernels.reference` on SmolLM2's attention (9 query heads over 3
+    KV heads, head_dim 64), three sequences with partly filled last blocks and NaN in the unused slots ->
+    the largest absolute difference of each (store_kv: in the caches it wrote)."""
+    from paged_lab.kernels import reference
+    from paged_lab.kernels.synthetic import random_paged_kv
+
+    kv = random_paged_kv([5, 33, 70], 16, 3, 64, dtype=dtype, device=device, table_pad=-1, seed=seed)
+    q, chunk = (torch.randn(n, 9, 64, generator=torch.Generator().manual_seed(seed + n)).to(device, dtype)
+                for n in (3, 9))
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens)
+    qsl = torch.tensor([0, 2, 2, 9], dtype=torch.int32, device=device)  # queries of 2, 0 and 7 tokens
+    want = reference.paged_attention_decode(q, *args, 0.125)
+    err = {f"decode, {n} split(s)": diff(paged_attention_decode(q, *args, 0.125, num_splits=n), want)
+           for n in (1, 3)}
+    err["prefill"] = diff(paged_attention_prefill(chunk, *args, qsl, 0.125),
+                          reference.paged_attention_prefill(chunk, *args, qsl, 0.125))
+    mine, ref = [(kv.k_cache.clone(), kv.v_cache.clone()) for _ in range(2)]
+    slots = kv.block_tables[:, 0].long() * 16 + 15  # the last slot of each first block
+    store_kv(q[:, :3], q[:, 3:6], *mine, slots)
+    reference.store_kv(q[:, :3], q[:, 3:6], *ref, slots)
+    return err | {"store_kv": max(diff(a, b) for a, b in zip(mine, ref))}
 
 
-def is_interpreted() -> bool:
-    """Were these kernels decorated under Triton's interpreter (TRITON_INTERPRET=1)?"""
-    return not isinstance(_decode_kernel, triton.runtime.JITFunction)
+def diff(a, b) -> float:
+    return (a.float() - b.float()).nan_to_num(0.0).abs().max().item()
 
 
-def triton_lang_interpreted() -> bool:
-    """Were triton's own jit helpers (``tl.cdiv``, ``tl.sum``...) decorated under the interpreter too?"""
-    return not isinstance(tl.cdiv, triton.runtime.JITFunction)
+if __name__ == "__main__":
+    device, tol = "cuda" if torch.cuda.is_available() else "cpu", {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+    errors = {(name, dtype): e for dtype in tol for name, e in check_against_reference(device, dtype).items()}
+    for (name, dtype), e in errors.items():
+        print(f"{'ok' if e <= tol[dtype] else 'FAIL':<5}{name:<20}{dtype!s:<16}max |diff| {e:.1e} ({device})")
+    raise SystemExit(0 if all(e <= tol[dtype] for (_, dtype), e in errors.items()) else 1)

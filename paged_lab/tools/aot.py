@@ -7,8 +7,9 @@ compiled kernel needs: registers per thread, spilled bytes (the local stack fram
 with the wheel's ``cuobjdump``) and shared memory (Triton's metadata). None of it says how *fast* the
 kernels are: that needs a GPU (``scripts/gpu_check.py``).
 
-The constexprs come from :func:`~paged_lab.kernels.triton_launch.decode_launch` and its siblings, the
-functions the launchers call at launch time, with the target's compute capability: one copy of that logic.
+The constexprs come from :func:`~paged_lab.kernels.triton_paged.decode_launch` and its siblings, the
+functions the launchers call at launch time, with the target's compute capability: one copy of that logic;
+the block sizes and head dims compiled are the kernels' own (``triton_paged.TRITON_BLOCK_SIZES``...).
 This is an instrument of the tests (``tests/test_kernels_triton.py``) and of ``docs/benchmarks.md``'s
 table, not part of the kernels: nothing at run time imports it.
 
@@ -29,9 +30,10 @@ from itertools import cycle
 
 # T4; A100; RTX 30xx / A10 (sm_89, RTX 40xx / L4, has the same limits); H100 / H200
 TARGETS = (75, 80, 86, 90)
+# The shared memory one block may use on each target (CUDA's opt-in maximum per block): T4 (sm_75)
+# 64 KiB; A100 (sm_80) 163 KiB; RTX 30xx/A10 (sm_86) and RTX 40xx/L4/L40 (sm_89) 99 KiB; H100/H200 227 KiB.
+SMEM_PER_BLOCK = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448}
 DTYPES = ("float32", "float16", "bfloat16")
-BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # = kernels.dispatch.TRITON_BLOCK_SIZES (checked in the test)
-HEAD_DIMS = (64, 128)  # = dispatch.TRITON_HEAD_DIMS
 GROUPS = (1, 3, 4, 8)  # query heads per KV head: MHA, SmolLM2, Llama-3.2-1B / 8B ...
 MAX_REGS = 255  # per thread, every target
 # per thread (stack frame): half decode at head_dim 128 spills up to 96 B; the review found 8.3-8.8 KB
@@ -80,6 +82,9 @@ def config_grid(targets=TARGETS) -> list[Config]:
     """Every kernel, dtype, block size, head dim and GQA group at least once per target, and for each
     (target, dtype) the decode and prefill shapes that need the most (head_dim 128, the largest TILE):
     not the full product, which would take an hour to compile on two cores."""
+    from paged_lab.kernels.triton_paged import TRITON_BLOCK_SIZES as BLOCK_SIZES
+    from paged_lab.kernels.triton_paged import TRITON_HEAD_DIMS as HEAD_DIMS
+
     grid = []
     for cc in targets:
         big_blocks, groups = cycle((64, 128, 256)), cycle(GROUPS)
@@ -100,7 +105,7 @@ def launches(cfg: Config) -> list[tuple[str, object]]:
     """(kernel name, Launch) pairs for a config, from the same functions the wrappers call."""
     import torch
 
-    from paged_lab.kernels import triton_launch as T
+    from paged_lab.kernels import triton_paged as T
 
     dtype = getattr(torch, cfg.dtype)
     num_heads = cfg.group * cfg.num_kv_heads
@@ -147,7 +152,7 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
-    from paged_lab.kernels import triton_launch, triton_paged
+    from paged_lab.kernels import triton_paged
 
     fn = getattr(triton_paged, name)
     sig = _signature(fn, launch.constexprs, cfg.dtype, split=bool(launch.constexprs.get("SPLIT")))
@@ -162,7 +167,7 @@ def compile_one(name: str, launch, cfg: Config) -> Resources:
                            f"{type(e).__name__}: {str(e)[-1500:]}") from e  # fmt: skip
     consts = ", ".join(f"{k}={v}" for k, v in launch.constexprs.items())
     return Resources(name, cfg.cc, cfg.dtype, consts, regs, stack, int(kernel.metadata.shared),
-                     triton_launch.SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
+                     SMEM_PER_BLOCK[cfg.cc])  # fmt: skip
 
 
 def compile_config(cfg: Config) -> list[dict]:

@@ -21,14 +21,14 @@ NEAR_TIE_MARGIN = {"float32": 1e-3, "float16": 0.1, "bfloat16": 0.25}
 
 
 def _cc(device) -> int | None:
-    """Compute capability (75 for a T4), None off CUDA; Triton's wrappers own the reading of it."""
+    """Compute capability (75 for a T4), None off CUDA (as ``kernels.triton_paged.device_cc`` reads it,
+    without importing triton)."""
     import torch
 
     if torch.device(device).type != "cuda":
         return None
-    from paged_lab.kernels.triton_launch import device_cc
-
-    return device_cc(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
 
 
 def model_dtype(device) -> str:
