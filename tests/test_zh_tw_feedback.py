@@ -181,6 +181,8 @@ def test_say_prints_in_the_learners_language(zh, capsys):
     i18n.say("  ", "not in the catalogue, printed as it is")
     out = capsys.readouterr().out
     assert "飽和點" in out and "   not in the catalogue, printed as it is\n" in out
+    i18n.say("A:", "CowAction(src=2, dst=3)")  # a template's part that holds code: printed, not demanded
+    assert capsys.readouterr().out == "A：CowAction(src=2, dst=3)\n" and i18n.missing() == []
     i18n.use("en")
     i18n.say("a", "b", sep="-")
     assert capsys.readouterr().out == "a-b\n"

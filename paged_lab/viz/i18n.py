@@ -128,7 +128,7 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
     language = language or _state["lang"]
     if language == "en" or not isinstance(text, str) or not text.strip():
         return text
-    found = _lookup(text, language)
+    found = _lookup(text, language, record=record)  # a part shown as it is: recorded only if asked
     if found is not None and record and found != text:
         for problem in term_problems(found, language):  # a seam the parts made: "固定批次 batching"
             note_missing(f"{found!r}: {problem}")
@@ -136,7 +136,7 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
         found = next(filter(None, (_lookup(v, language, record=False) for v in _unwrapped(text))), None)
     if found is None:
         head, core, tail = _TAG.match(text).groups()  # "<b>Title</b>": translate what the tags wrap
-        found = _lookup(core, language) if (head or tail) and core else None
+        found = _lookup(core, language, record=record) if (head or tail) and core else None
         found = None if found is None else head + found + tail
     if found is None:
         if record and needs_translation(text):
