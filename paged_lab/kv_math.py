@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paged_lab._checks import check_int
+from paged_lab._checks import check_int, check_keys
 
 GB = 10**9  # GPU memory sizes are sold in decimal gigabytes ("80 GB")
 GiB = 2**30
@@ -88,11 +88,9 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()  # HF's name per layer (LAYER_TYPES); () = every layer full
 
     def __post_init__(self):
-        # counts of layers, heads, elements: whole numbers (2.5 layers is a typo, not a model)
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "vocab_size"):
-            check_int(field, getattr(self, field), minimum=1)
-        # 0: not known (a spec for the KV-cache math alone; its weights then count 0 bytes)
-        for field in ("num_params", "intermediate_size", "max_position_embeddings"):
+            check_int(field, getattr(self, field), minimum=1)  # whole numbers: 2.5 layers is a typo
+        for field in ("num_params", "intermediate_size", "max_position_embeddings"):  # 0: not known
             check_int(field, getattr(self, field), minimum=0)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
@@ -210,7 +208,7 @@ class ModelSpec:
         """Build a spec from any transformers config (or a plain dict of the same keys)."""
         cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         cfg = cfg.get("text_config") or cfg  # multimodal wrappers keep the LM config inside
-        _require_keys(cfg, ("num_attention_heads", "hidden_size", "num_hidden_layers", "vocab_size"))
+        check_keys("config", cfg, ("num_attention_heads", "hidden_size", "num_hidden_layers", "vocab_size"))
         heads = check_int("config['num_attention_heads']", cfg["num_attention_heads"], minimum=1)
         hidden = cfg["hidden_size"]
         kv_heads = cfg.get("num_key_value_heads") or heads
@@ -248,14 +246,6 @@ class ModelSpec:
         embed = self.vocab_size * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         return embed + self.num_layers * per_layer + h + head
-
-
-def _require_keys(cfg: dict, keys: Sequence[str]) -> None:
-    """Raise ValueError naming the keys a config lacks (not a bare KeyError)."""
-    lacking = [k for k in keys if cfg.get(k) is None]
-    if lacking:
-        raise ValueError(f"config: lacks {', '.join(map(repr, lacking))}; a decoder's config.json has "
-                         f"{', '.join(map(repr, keys))}")
 
 
 def _layer_types(cfg: dict) -> tuple[str, ...]:
