@@ -130,6 +130,15 @@ def test_the_learner_copy_says_it_is_one_in_both_editions(folder, note, full_onl
     assert head.split("\n\n")[-1].startswith(note) and "(../03_block_tables.ipynb)" in head
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "zh-TW").glob("0[1-8]_*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_the_zh_tw_edition_points_at_its_own_learner_copies(path):
+    """`make exercises` writes the zh-TW copies to notebooks/zh-TW/exercises/, not the English ones'."""
+    nb = nbformat.read(path, as_version=4)
+    head = next(c.source for c in nb.cells if c.source.startswith("## 動手做"))
+    assert "`notebooks/zh-TW/exercises/`" in head and "`notebooks/exercises/`" not in head
+
+
 def test_an_unknown_exercise_heading_is_an_error():
     make = load_script("scripts/make_exercises.py")
     with pytest.raises(ValueError, match="heading '## Hazlo tú' is none of"):
