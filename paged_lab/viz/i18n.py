@@ -212,8 +212,18 @@ def _lookup(text: str, language: str, min_fixed: int = 0, record: bool = True) -
             g = greedy.match(text)
             m = min((m, g), key=lambda x: (_untranslatable(x, language), _doubt(x, fixed)))
         if m:
-            return value.format(*(t(g, language, record=record) for g in m.groups()))
+            return value.format(*(_part(g, language, record) for g in m.groups()))
     return None
+
+
+def _part(text: str, language: str, record: bool) -> str:
+    """A template's matched part, looked up without the spaces around it (a printed column's padding,
+    "      Ah-Ye"), which stay."""
+    core = text.strip()
+    if not core or core == text:
+        return t(text, language, record=record)
+    head = text[:len(text) - len(text.lstrip())]
+    return head + t(core, language, record=record) + text[len(head) + len(core):]
 
 
 def note_missing(what: str) -> None:
