@@ -25,6 +25,16 @@ def check_int(name: str, value, minimum: int | None = None, maximum: int | None 
     raise error(f"{name} must be an integer {' and '.join(limits)}".rstrip() + f", got {value!r}")
 
 
+def check_keys(name: str, mapping, keys, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` naming the keys ``mapping`` lacks (or holds as None), not a bare KeyError.
+
+    >>> check_keys("config", {"hidden_size": 64}, ("hidden_size",))
+    """
+    lacking = [k for k in keys if mapping.get(k) is None]
+    if lacking:
+        raise error(f"{name}: lacks {', '.join(map(repr, lacking))}; it needs {', '.join(map(repr, keys))}")
+
+
 def check_token_ids(name: str, token_ids, error: type[Exception] = ValueError) -> list[int]:
     """Return ``token_ids`` as a list of ints, or raise ``error`` naming the first one that is not.
     (The memory manager only hashes them; the engine checks them against the vocabulary.)

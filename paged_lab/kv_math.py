@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paged_lab._checks import check_int
+from paged_lab._checks import check_int, check_keys
 
 GB = 10**9  # GPU memory sizes are sold in decimal gigabytes ("80 GB")
 GiB = 2**30
@@ -89,7 +89,9 @@ class ModelSpec:
 
     def __post_init__(self):
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "vocab_size"):
-            check_positive(field, getattr(self, field))
+            check_int(field, getattr(self, field), minimum=1)  # whole numbers: 2.5 layers is a typo
+        for field in ("num_params", "intermediate_size", "max_position_embeddings"):  # 0: not known
+            check_int(field, getattr(self, field), minimum=0)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
@@ -206,7 +208,8 @@ class ModelSpec:
         """Build a spec from any transformers config (or a plain dict of the same keys)."""
         cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
         cfg = cfg.get("text_config") or cfg  # multimodal wrappers keep the LM config inside
-        heads = cfg["num_attention_heads"]
+        check_keys("config", cfg, ("num_attention_heads", "hidden_size", "num_hidden_layers", "vocab_size"))
+        heads = check_int("config['num_attention_heads']", cfg["num_attention_heads"], minimum=1)
         hidden = cfg["hidden_size"]
         kv_heads = cfg.get("num_key_value_heads") or heads
         head_dim = cfg.get("head_dim") or hidden // heads

@@ -30,9 +30,17 @@ sys.path.insert(0, str(ROOT))
 from paged_lab.classroom.exercises import stub_message  # noqa: E402
 
 SOLUTION, CHECK, EXERCISE = "solution", "grade", "exercise"
-LEARNER_NOTE = ("This is the **learner copy**: write each function where you see `...` (delete the "
-                "`raise NotImplementedError` line), run the check cell under it, and repeat until it says ✓. "
-                "The complete notebook, with the solutions, is [`../{name}`](../{name}).")
+# The exercise section's last paragraph ("Here the solutions are filled in ...") becomes the learner
+# note, in the section's language: by its heading, English or a translation's (notebooks/zh-TW/).
+LEARNER_NOTES = {
+    "## Do it yourself": (
+        "This is the **learner copy**: write each function where you see `...` (delete the "
+        "`raise NotImplementedError` line), run the check cell under it, and repeat until it says ✓. "
+        "The complete notebook, with the solutions, is [`../{name}`](../{name})."),
+    "## 動手做": (
+        "這是**學習用的副本**：在看到 `...` 的地方寫出每個函式（刪掉 `raise NotImplementedError` 那一行），"
+        "執行它下面的檢查儲存格，重複到它顯示 ✓ 為止。附解答的完整筆記本是 [`../{name}`](../{name})。"),
+}
 
 
 def tags(cell) -> list[str]:
@@ -89,10 +97,21 @@ def learner_copy(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
                 cell.source = without_asserts(cell.source)
         elif cell.cell_type == "markdown":
             cell.source = one_level_down(cell.source)
-            if EXERCISE in tags(cell) and cell.source.startswith("## Do it yourself"):
-                paragraphs = cell.source.split("\n\n")
-                cell.source = "\n\n".join(paragraphs[:-1] + [LEARNER_NOTE.format(name=name)])
+            if EXERCISE in tags(cell) and cell.source.startswith("## "):
+                cell.source = with_learner_note(cell.source, name)
     return nb
+
+
+def with_learner_note(section: str, name: str) -> str:
+    """The exercise section's head with its last paragraph (the full notebook's "the solutions are filled
+    in") replaced by the learner note in the section's language; a heading it does not know is an error,
+    so a new translation cannot keep the full notebook's paragraph above the stubs."""
+    heading = section.split("\n", 1)[0].strip()
+    if heading not in LEARNER_NOTES:
+        raise ValueError(f"{name}: the exercise section's heading {heading!r} is none of "
+                         f"{list(LEARNER_NOTES)}; add its learner note to LEARNER_NOTES here")
+    paragraphs = section.split("\n\n")
+    return "\n\n".join(paragraphs[:-1] + [LEARNER_NOTES[heading].format(name=name)])
 
 
 def has_exercises(nb: nbformat.NotebookNode) -> bool:

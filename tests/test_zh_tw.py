@@ -276,15 +276,15 @@ def test_a_quiz_renders_in_chinese_and_stays_english_inside(zh):
     assert "權重則是大家共用的一份。</b>" in text  # the answer's full stop is Chinese too
     shown = quiz.shown()
     right, wrong = shown[0].pick(0), shown[0].pick(1)
-    assert (right.correct and right.text.startswith("✓ 答對了: 每個 token 都留著自己的 K 和 V")
+    assert (right.correct and right.text.startswith("✓ 答對了：每個 token 都留著自己的 K 和 V")
             and "所有請求一起讀" in right.text)
-    assert not wrong.correct and wrong.text == ("✗ 不太對: （b）層數由模型決定（Llama-3.2-1B 是 16 "
+    assert not wrong.correct and wrong.text == ("✗ 不太對：（b）層數由模型決定（Llama-3.2-1B 是 16 "
                                                 "層）；上下文變長，只是同樣的層處理更多 "
                                                 "token。再試試別的選項。")
-    assert shown[1].check("3").text == ("✗ 太小了: 3 比答案小。這是 4 格 block 的情形。16 格時，一個 block "
+    assert shown[1].check("3").text == ("✗ 太小了：3 比答案小。這是 4 格 block 的情形。16 格時，一個 block "
                                         "就裝下全部 9 個 token。再試一次。")
-    assert shown[1].check("20").text.startswith("✗ 太大了: 20 比答案大。一個 sequence 只占")
-    assert shown[1].check("七").text.startswith("✗ 不是數字: 「七」不是數字") and shown[1].check("７").correct
+    assert shown[1].check("20").text.startswith("✗ 太大了：20 比答案大。一個 sequence 只占")
+    assert shown[1].check("七").text.startswith("✗ 不是數字：「七」不是數字") and shown[1].check("７").correct
     assert quiz[0].answer_text.startswith("Every token keeps")  # the notebook's checks read the English
     assert quiz[1].check("3").text.startswith("✗ Too low")      # and the quiz itself stays English
     assert not i18n.missing()
@@ -383,7 +383,8 @@ def test_the_graders_feedback_is_shown_in_chinese_and_kept_in_english(zh):
         result = X.Result(name, False, wrong, X.solution(name))
         html = result._repr_html_()
         assert "提示：" in html and "<summary>解答</summary>" in html and "解答：套件自己的程式碼" in html
-        assert result.text == wrong and "Hint: " in str(result)  # the object itself stays English
+        assert result.text == wrong and "Hint: " in result.text  # the object itself stays English,
+        assert "提示：" in str(result) and "Hint: " not in str(result)  # print(result) is in Chinese
 
 
 def test_the_graders_time_limit_and_type_lines_are_shown_in_chinese(zh):

@@ -71,6 +71,7 @@ NUMBER_CLASS = "paged-lab-quiz-number"  # one number question: its prompt, box, 
 FEEDBACK_CLASS = "paged-lab-quiz-feedback"  # one per question: the answer to the last pick
 STATIC_CLASS = "paged-lab-quiz-static"  # the text rendering (the static site shows it)
 RIGHT, WRONG = "✓ Right", "✗ Not quite"
+COLON = ": "  # between the verdict and its sentence (zh-TW: a full-width "：")
 TOO_LOW, TOO_HIGH, NOT_A_NUMBER = "✗ Too low", "✗ Too high", "✗ Not a number"
 # The feedback sentences around a question's own texts (templates: paged_lab.viz.i18n translates them).
 TRY_ANOTHER = "({}) {} Try another choice."
@@ -168,8 +169,8 @@ class Question:
             raise ValueError(f"choice must be an index 0 to {len(self.choices) - 1}, got {choice!r}")
         t, picked = self._t, self.choices[choice]
         if choice == self.answer:
-            return Feedback(True, f"{t(RIGHT)}: {picked.text}{t('. ')}{picked.why}")
-        return Feedback(False, f"{t(WRONG)}: {t(TRY_ANOTHER).format(LETTERS[choice], picked.why)}")
+            return Feedback(True, f"{t(RIGHT)}{t(COLON)}{picked.text}{t('. ')}{picked.why}")
+        return Feedback(False, f"{t(WRONG)}{t(COLON)}{t(TRY_ANOTHER).format(LETTERS[choice], picked.why)}")
 
     def translated(self, t: Callable[[str], str]) -> Question:
         """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.viz.i18n)."""
@@ -269,14 +270,14 @@ class NumberQuestion:
         if value is None:
             shown = str(typed).strip()
             why = t(NOT_NUMBER).format(shown) if shown else t(EMPTY_BOX)
-            return Feedback(False, f"{t(NOT_A_NUMBER)}: {why}")
+            return Feedback(False, f"{t(NOT_A_NUMBER)}{t(COLON)}{why}")
         if abs(value - self.answer) <= self.tolerance:
-            return Feedback(True, f"{t(RIGHT)}: {self.answer_text}{t('. ')}{self.explanation}")
+            return Feedback(True, f"{t(RIGHT)}{t(COLON)}{self.answer_text}{t('. ')}{self.explanation}")
         low = value < self.answer
         hint = next((why for v, why in self.mistakes if abs(v - value) <= max(self.tolerance, 1e-9)),
                     self.too_low if low else self.too_high)
         head, sentence = (TOO_LOW, LESS_THAN) if low else (TOO_HIGH, MORE_THAN)
-        return Feedback(False, f"{t(head)}: {t(sentence).format(_number_text(value), hint)}")
+        return Feedback(False, f"{t(head)}{t(COLON)}{t(sentence).format(_number_text(value), hint)}")
 
     def translated(self, t: Callable[[str], str]) -> NumberQuestion:
         """A copy with every text, and the feedback around them, passed through ``t`` (paged_lab.viz.i18n)."""
@@ -421,9 +422,10 @@ def _prompt(W, n: int, q: AnyQuestion):
 
 def _show(feedback, fb: Feedback) -> None:
     color = "#2ca02c" if fb.correct else "#d62728"
-    head, _, rest = fb.text.partition(": ")
-    head = f'<span style="color:{color};font-weight:bold">{html.escape(head)}:</span>'
-    feedback.value = f"{head} {html.escape(rest)}"
+    colon = i18n.t(COLON)  # the verdict in bold, up to its colon (zh-TW: "✓ 答對了：", full width, no space)
+    head, found, rest = fb.text.partition(colon)
+    head = f'<span style="color:{color};font-weight:bold">{html.escape(head + found.rstrip())}</span>'
+    feedback.value = head + (" " if found.endswith(" ") else "") + html.escape(rest)
 
 
 def _question_widget(W, n: int, q: Question):

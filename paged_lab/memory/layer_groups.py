@@ -61,6 +61,7 @@ def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = Non
     >>> [(g.name, g.num_layers) for g in kv_cache_groups(["sliding_attention", "full_attention"] * 12, 128)]
     [('full_attention', 12), ('sliding_attention', 12)]
     """
+    _check_layer_types(layer_types)
     kinds = {"full_attention": None, "sliding_attention": sliding_window}
     by_type: dict[str, int] = {}
     for i, t in enumerate(layer_types):
@@ -90,6 +91,7 @@ def group_layers(layer_types: Sequence[str], groups: Sequence[KVCacheGroup]) -> 
     >>> group_layers(["sliding_attention", "full_attention"] * 2, groups)
     {'full_attention': [1, 3], 'sliding_attention': [0, 2]}
     """
+    _check_layer_types(layer_types)
     by_kind: dict[str, list[KVCacheGroup]] = {}
     for g in groups:
         kind = "full_attention" if g.sliding_window is None else "sliding_attention"
@@ -99,7 +101,16 @@ def group_layers(layer_types: Sequence[str], groups: Sequence[KVCacheGroup]) -> 
         of_kind = [i for i, t in enumerate(layer_types) if t == kind]
         for j, g in enumerate(kind_groups):
             layers[g.name] = of_kind[j::len(kind_groups)]
-    if sorted(i for held in layers.values() for i in held) != list(range(len(layer_types))):
+    wrong = [g.name for g in groups if not 1 <= len(layers[g.name]) <= g.num_layers]
+    if wrong or sorted(i for held in layers.values() for i in held) != list(range(len(layer_types))):
         raise InvalidBlockConfig(f"groups: {[g.name for g in groups]} are not kv_cache_groups(layer_types) "
-                                 f"of these {len(layer_types)} layer_types")
+                                 f"of these {len(layer_types)} layer_types"
+                                 + (f" (no layer, or more than num_layers, for {wrong})" if wrong else ""))
     return layers
+
+
+def _check_layer_types(layer_types) -> None:
+    """A list of per-layer names, not one name: "full_attention" alone would be read letter by letter."""
+    if isinstance(layer_types, (str, bytes)) or not isinstance(layer_types, Sequence):
+        raise InvalidBlockConfig(f"layer_types: must be a list with one type per layer, such as "
+                                 f"['full_attention'] * 4, got {layer_types!r}")

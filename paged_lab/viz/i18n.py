@@ -7,9 +7,10 @@ The notebooks are written in English; the zh-TW edition (``notebooks/zh-TW/``, g
 
 From then on what the package *shows* is looked up in ``paged_lab/viz/locale/zh-TW.json`` at the few
 places where it is shown, never in the modules that compute. This module knows none of them: it offers
-the language (``use``, ``lang``), the lookup (``t``, ``catalogue``) and the record of what was shown
-untranslated (``note_missing``, ``missing``, ``assert_translated``), and translates plotly figures as
-they are displayed (``fig.show()``, a figure as a cell's result). The places that show words call it:
+the language (``use``, ``lang``), the lookup (``t``, ``lines``, ``catalogue``) and the record of what
+was shown untranslated (``note_missing``, ``missing``, ``assert_translated``), and translates plotly
+figures as they are displayed (``fig.show()``, a figure as a cell's result) and what the notebook's
+cells print (``say``, which ``use`` puts in place of their ``print``). The places that show words call it:
 ``viz.tables`` and ``viz.widgets``, the quizzes, the glossary and the exercise grader
 (``paged_lab.classroom``). The objects themselves stay English, so a notebook's ``assert`` cells read
 the same in both editions.
@@ -68,6 +69,7 @@ def use(language: str) -> None:
     _state["lang"] = language
     _missing.clear()
     _hook_plotly()
+    _hook_print()
 
 
 @cache
@@ -126,7 +128,7 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
     language = language or _state["lang"]
     if language == "en" or not isinstance(text, str) or not text.strip():
         return text
-    found = _lookup(text, language)
+    found = _lookup(text, language, record=record)  # a part shown as it is: recorded only if asked
     if found is not None and record and found != text:
         for problem in term_problems(found, language, typesetting=False):  # a seam the parts made
             note_missing(f"{found!r}: {problem}")
@@ -134,13 +136,52 @@ def t(text: str, language: str | None = None, record: bool = True) -> str:
         found = next(filter(None, (_lookup(v, language, record=False) for v in _unwrapped(text))), None)
     if found is None:
         head, core, tail = _TAG.match(text).groups()  # "<b>Title</b>": translate what the tags wrap
-        found = _lookup(core, language) if (head or tail) and core else None
+        found = _lookup(core, language, record=record) if (head or tail) and core else None
         found = None if found is None else head + found + tail
     if found is None:
         if record and needs_translation(text):
             note_missing(text)
         return text
     return found
+
+
+def lines(text: str, language: str | None = None, record: bool = True) -> str:
+    """``text`` translated line by line, each line's indent kept: a printed block, the grader's feedback."""
+    out = []
+    for line in text.split("\n"):
+        body = line.strip()
+        indent = line[:len(line) - len(line.lstrip())]
+        out.append(indent + t(body, language, record) + line[len(indent) + len(body):] if body else line)
+    return "\n".join(out)
+
+
+def say(*values, sep: str | None = " ", end: str | None = "\n", file=None, flush: bool = False) -> None:
+    """``print`` in the learner's language: what a notebook cell prints on the page, line by line
+    (``lines``). In Jupyter, ``use("zh-TW")`` puts it in place of ``print`` in the notebook's namespace,
+    so the cells' code stays the English edition's; a print to a file is ``print`` itself. A line the
+    catalogue lacks is printed as it is, not listed by ``missing()`` (a printed line holds data)."""
+    import builtins
+    import sys
+
+    if _state["lang"] != "en" and (file is None or file is sys.stdout):
+        values, sep = (lines((" " if sep is None else sep).join(map(str, values)), record=False),), " "
+    builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
+
+
+def _hook_print() -> None:
+    """A notebook's cells print through ``say`` while the language is not English (see ``say``)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None:
+        return
+    if _state["lang"] == "en":
+        if ip.user_ns.get("print") is say:
+            del ip.user_ns["print"]
+    else:
+        ip.user_ns["print"] = say
 
 
 def _unwrapped(text: str, most: int = 4) -> list[str]:
@@ -171,8 +212,18 @@ def _lookup(text: str, language: str, min_fixed: int = 0, record: bool = True) -
             g = greedy.match(text)
             m = min((m, g), key=lambda x: (_untranslatable(x, language), _doubt(x, fixed)))
         if m:
-            return value.format(*(t(g, language, record=record) for g in m.groups()))
+            return value.format(*(_part(g, language, record) for g in m.groups()))
     return None
+
+
+def _part(text: str, language: str, record: bool) -> str:
+    """A template's matched part, looked up without the spaces around it (a printed column's padding,
+    "      Ah-Ye"), which stay."""
+    core = text.strip()
+    if not core or core == text:
+        return t(text, language, record=record)
+    head = text[:len(text) - len(text.lstrip())]
+    return head + t(core, language, record=record) + text[len(head) + len(core):]
 
 
 def note_missing(what: str) -> None:

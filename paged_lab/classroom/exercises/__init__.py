@@ -15,7 +15,10 @@ The result renders as coloured HTML in Jupyter and as plain text anywhere else (
 A function that raises, such as the stub's ``NotImplementedError``, is reported in a sentence, not a
 traceback. ``make exercises`` (scripts/make_exercises.py) writes the learner copies of the notebooks.
 
-Two things the grader does not let through:
+Three things the grader does not let through:
+- a function that changes its inputs: the package's answer is computed on a deep copy of the arguments
+  made before the learner's call, the learner's function gets another, and an argument it changed fails
+  the check with a sentence naming it (an exercise's declared cases are never handed out themselves).
 - a function that does not return: each call gets ``time_limit`` seconds (TIME_LIMIT_S by default),
   then it is stopped and the case it was stuck on is reported. The clock is ``signal.setitimer``, whose
   signal interrupts even a pure-Python ``while True:`` loop between two bytecodes and leaves the kernel

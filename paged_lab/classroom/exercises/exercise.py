@@ -21,6 +21,23 @@ def _equal(want, got) -> bool:
     return want == got
 
 
+def shown_value(value) -> str:
+    """Short, readable values: a model by the fields that matter, a tensor by shape and values."""
+    if isinstance(value, kv_math.ModelSpec):
+        return (f"ModelSpec(num_layers={value.num_layers}, num_heads={value.num_heads}, "
+                f"num_kv_heads={value.num_kv_heads}, head_dim={value.head_dim}, "
+                f"num_params={value.num_params:_})")
+    if hasattr(value, "shape") and hasattr(value, "tolist") and tuple(value.shape) == ():
+        return shown_value(value.item())  # a numpy or torch scalar (numpy.int64(64)): the number, 64
+    if hasattr(value, "shape") and hasattr(value, "tolist"):
+        flat = value.flatten().tolist()
+        vals = ", ".join(f"{v:.4g}" for v in flat[:8]) + (", ..." if len(flat) > 8 else "")
+        return f"tensor(shape={list(value.shape)}, [{vals}])"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class Exercise:
     name: str  # the function the learner writes
@@ -31,22 +48,7 @@ class Exercise:
     hint: str
     real: str  # "module:qualname" of the package code that does what is asked (shown only when asked)
     same: Callable[[Any, Any], bool] = _equal  # whether the learner's answer is the expected one
-    fmt: Callable[[Any], str] = repr  # how an argument or an answer is shown
-
-
-def shown_value(value) -> str:
-    """Short, readable values: a model by the fields that matter, a tensor by shape and values."""
-    if isinstance(value, kv_math.ModelSpec):
-        return (f"ModelSpec(num_layers={value.num_layers}, num_heads={value.num_heads}, "
-                f"num_kv_heads={value.num_kv_heads}, head_dim={value.head_dim}, "
-                f"num_params={value.num_params:_})")
-    if hasattr(value, "shape") and hasattr(value, "tolist"):
-        flat = value.flatten().tolist()
-        vals = ", ".join(f"{v:.4g}" for v in flat[:8]) + (", ..." if len(flat) > 8 else "")
-        return f"tensor(shape={list(value.shape)}, [{vals}])"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return repr(value)
+    fmt: Callable[[Any], str] = shown_value  # how an argument or an answer is shown
 
 
 def close(want, got) -> bool:

@@ -9,6 +9,7 @@ language. The exercises themselves are the notebooks' modules' (``nb01.py`` ...)
 
 from __future__ import annotations
 
+import copy
 import html
 import importlib
 import inspect
@@ -44,29 +45,30 @@ class Result:
     def __bool__(self) -> bool:
         return self.passed
 
-    def __str__(self) -> str:
-        return _wrapped(self.text) + (f"\n\n{self.solution}" if self.solution else "")
+    def __str__(self) -> str:  # print(result): the feedback in the learner's language, as plain text
+        solution = f"\n\n{_shown_solution(self.solution)}" if self.solution else ""
+        return _wrapped(_plain(_shown(self.text))) + solution
 
     def _repr_html_(self) -> str:
         color = "#2ca02c" if self.passed else "#d62728"
         head, _, rest = _shown(self.text).partition("\n")
         # pre-wrap keeps the lines; word-break:normal undoes JupyterLab's break-all (which cut words in two)
         body = (f"<pre style='white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:4px 0'>"
-                f"{html.escape(rest)}</pre>" if rest else "")
+                f"{_code_html(rest)}</pre>" if rest else "")
         sol = ""
         if self.solution:
             sol = (f"<details open><summary>{i18n.t('Solution')}</summary>"
                    f"<pre>{html.escape(_shown_solution(self.solution))}</pre></details>")
         return (f'<div class="{CHECK_CLASS}" data-passed="{str(self.passed).lower()}" '
                 f'style="border-left:4px solid {color};padding:4px 8px">'
-                f'<b style="color:{color}">{html.escape(head)}</b>{body}{sol}</div>')
+                f'<b style="color:{color}">{_code_html(head)}</b>{body}{sol}</div>')
 
     def __repr__(self) -> str:
         return f"Result({self.exercise!r}, passed={self.passed})"
 
     def _repr_pretty_(self, p, cycle) -> None:  # IPython's text/plain: the feedback itself
         solution = f"\n\n{_shown_solution(self.solution)}" if self.solution else ""
-        p.text(_wrapped(_shown(self.text)) + solution)
+        p.text(_wrapped(_plain(_shown(self.text))) + solution)
 
 
 def stub_message(name: str) -> str:
@@ -95,13 +97,20 @@ def _wrapped(text: str, width: int = WRAP) -> str:
 def _shown(text: str) -> str:
     """The feedback in the learner's language (``paged_lab.viz.i18n``), line by line; the Result itself
     stays English, so a notebook's ``assert result, result.text`` reads the same in every edition."""
-    if i18n.lang() == "en":
-        return text
-    lines = []
-    for line in text.split("\n"):
-        body = line.lstrip()  # the indent of "  expected: ..." stays
-        lines.append(line[:len(line) - len(body)] + i18n.t(body, record=False) if body else line)
-    return "\n".join(lines)
+    return text if i18n.lang() == "en" else i18n.lines(text, record=False)
+
+
+_CODE = re.compile(r"`([^`\n]+)`")  # the feedback marks code as markdown does: `raise NotImplementedError`
+
+
+def _plain(text: str) -> str:
+    """Plain text shows code without the markdown backticks."""
+    return _CODE.sub(r"\1", text)
+
+
+def _code_html(text: str) -> str:
+    """HTML shows code in <code>, never the raw backticks."""
+    return _CODE.sub(r"<code>\1</code>", html.escape(text))
 
 
 def _shown_solution(text: str) -> str:
@@ -152,10 +161,11 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
 
 def _run(fn: Callable, args: tuple, time_limit: float | None = None) -> tuple[bool, Any]:
     """(True, answer) or (False, the exception the learner's function raised); raises _TimedOut(args)
-    when it has not returned after ``time_limit`` seconds."""
+    when it has not returned after ``time_limit`` seconds. ``fn`` gets ``args`` as they are: the caller
+    passes its own copy."""
     try:
         with _time_limit(time_limit):
-            return True, fn(*_copy(args))
+            return True, fn(*args)
     except _TimedOut:
         raise _TimedOut(args) from None
     except Exception as e:  # the learner's code: any error is feedback, not a crash
@@ -176,23 +186,44 @@ def _stub_error(e: BaseException) -> NotImplementedError | None:
 
 
 def _copy(args: tuple) -> tuple:
-    """Fresh copies of list and tensor arguments, so a function that mutates them cannot fool the grader."""
-    out = []
-    for a in args:
-        if isinstance(a, list):
-            a = list(a)
-        elif hasattr(a, "clone"):
-            a = a.clone()
-        out.append(a)
-    return tuple(out)
+    """A deep copy of the arguments (lists inside lists, dicts, tensors): what the learner's function
+    gets, so that nothing it does reaches the exercise's cases or the package's answer."""
+    return copy.deepcopy(args)
+
+
+def _same_input(before, after) -> bool:
+    """Whether an argument is as it was: tensors by shape, dtype and values; containers element by
+    element; anything else by ==."""
+    if hasattr(before, "shape") and hasattr(before, "tolist"):
+        return (type(after) is type(before) and before.shape == after.shape and before.dtype == after.dtype
+                and before.tolist() == after.tolist())
+    if isinstance(before, (list, tuple)):
+        return (type(after) is type(before) and len(before) == len(after)
+                and all(_same_input(b, a) for b, a in zip(before, after)))
+    if isinstance(before, dict):
+        return (type(after) is type(before) and before.keys() == after.keys()
+                and all(_same_input(before[k], after[k]) for k in before))
+    try:
+        return bool(before == after)
+    except Exception:  # an object whose == fails: not one the exercises pass
+        return False
+
+
+_CHANGED = "changed its argument "  # how _mismatch says that the learner's function mutated an input
 
 
 def _mismatch(ex: Exercise, fn: Callable, args: tuple, time_limit: float | None = None) -> str | None:
-    """Why ``fn`` fails on ``args`` (a message), or None when its answer is right (_TimedOut: see _run)."""
-    ok, got = _run(fn, args, time_limit)
+    """Why ``fn`` fails on ``args`` (a message), or None when its answer is right (_TimedOut: see _run).
+    The package's answer is computed first, on a copy of its own; ``fn`` gets another copy, which is
+    compared with ``args`` afterwards: a function that changes its inputs fails."""
     want = ex.expected(*_copy(args))
+    theirs = _copy(args)
+    ok, got = _run(fn, theirs, time_limit)
     if not ok:
         return f"raised {type(got).__name__}: {got}"
+    for param, before, after in zip(ex.params, args, theirs):
+        if not _same_input(before, after):
+            return f"{_CHANGED}{param}: {ex.fmt(before)} became {ex.fmt(after)}"
     return _compare(ex, want, got)
 
 
@@ -247,6 +278,15 @@ def _call(ex: Exercise, args: tuple) -> str:
 
 
 def _failure(ex: Exercise, args: tuple, why: str) -> str:
+    if why.startswith(_CHANGED):
+        param, _, change = why.removeprefix(_CHANGED).partition(": ")
+        return (f"{FAIL} {ex.name}: not yet. It changes its argument {param}, and a caller still needs "
+                f"what it passed. On the smallest input where it does:\n"
+                f"  {_call(ex, args)}\n"
+                f"  {param}: {change}\n"
+                f"Leave the arguments as they were: build a new value (a list: list(x) or x + [...]) and "
+                f"return that.\n"
+                f"Hint: {ex.hint}")
     return (f"{FAIL} {ex.name}: not yet. On the smallest input it gets wrong:\n"
             f"  {_call(ex, args)}\n"
             f"  expected: {ex.fmt(ex.expected(*_copy(args)))}\n"
