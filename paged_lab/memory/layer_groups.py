@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from paged_lab._checks import check_int
-from paged_lab.kv_math import cdiv
+from paged_lab.kv_math import ModelSpec, cdiv, page_size_bytes
 from paged_lab.memory.errors import InvalidBlockConfig
 
-__all__ = ["KVCacheGroup", "kv_cache_groups", "group_layers"]
+__all__ = ["KVCacheGroup", "kv_cache_groups", "group_layers", "model_kv_cache_groups",
+           "pool_bytes_for_context"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +105,24 @@ def group_layers(layer_types: Sequence[str], groups: Sequence[KVCacheGroup]) -> 
         raise InvalidBlockConfig(f"groups: {[g.name for g in groups]} are not kv_cache_groups(layer_types) "
                                  f"of these {len(layer_types)} layer_types")
     return layers
+
+
+def model_kv_cache_groups(spec: ModelSpec) -> list[KVCacheGroup]:
+    """``kv_cache_groups`` of a catalogue model: one group of every layer when all attend to every token.
+    gemma-3-27b's 52 sliding and 10 full layers make seven groups of 10 layers: the full one, and six
+    sliding ones, 60 places for 52 layers, so 8 padding layers (vLLM logs "Add 8 padding layers, may waste
+    at most 15.38% KV cache memory")."""
+    layer_types = spec.layer_types or ("full_attention",) * spec.num_layers
+    return kv_cache_groups(layer_types, spec.sliding_window or None)
+
+
+def pool_bytes_for_context(spec: ModelSpec, num_tokens: int, block_size: int, dtype: Any = "bfloat16") -> int:
+    """Pool bytes one request of ``num_tokens`` computed tokens holds as vLLM lays the pool out: every
+    group keeps its own blocks (all of them in a full group, the window's in a sliding one), and a block
+    costs a group's layers of pages, padding layers included (``_get_kv_cache_bytes_per_block`` in
+    ``vllm/v1/core/kv_cache_utils.py``, vllm 0.32.0). Without padding it is ``kv_bytes_for_context``
+    rounded up to whole blocks."""
+    groups = model_kv_cache_groups(spec)
+    held = spec.kv_blocks_for_context(num_tokens, block_size)  # one layer of each kind
+    blocks = sum(held["full_attention" if g.sliding_window is None else "sliding_attention"] for g in groups)
+    return blocks * groups[0].num_layers * page_size_bytes(spec, block_size, dtype)
