@@ -7,9 +7,8 @@ Per token, every layer stores one K and one V vector per KV head:
 GQA shares each KV head among a group of query heads, so only ``num_kv_heads`` counts. Two kinds of
 today's models change the formula:
 
-- MLA (DeepSeek-V2/V3) caches one compressed latent per token and layer, ``kv_lora_rank +
-  qk_rope_head_dim`` elements, instead of a K and a V per head: ``num_layers x (kv_lora_rank +
-  qk_rope_head_dim) x bytes``.
+- MLA (DeepSeek-V2/V3) caches one latent per token and layer instead of a K and a V per head:
+  ``num_layers x (kv_lora_rank + qk_rope_head_dim) x bytes``.
 - Sliding-window layers (gpt-oss, Gemma 3) attend only to the last ``sliding_window`` tokens, so they
   keep at most that many: past the window, a request's cache grows only in its full-attention layers.
 """
@@ -303,21 +302,14 @@ _CATALOGUE = {
     "deepseek-v3": ModelSpec("deepseek-v3", 61, 128, 128, 128, 7168, 129280, 671_000_000_000, 18432, 163840,
                              False, kv_lora_rank=512, qk_rope_head_dim=64),
 }
-_SPEC_ALIASES = {
-    "meta-llama/llama-3.2-1b": "llama-3.2-1b",
-    "meta-llama/llama-3.2-1b-instruct": "llama-3.2-1b",
-    "meta-llama/llama-3.2-3b": "llama-3.2-3b",
-    "meta-llama/llama-3.1-8b": "llama-3.1-8b",
-    "meta-llama/llama-3.1-70b": "llama-3.1-70b",
-    "mistralai/mistral-7b-v0.1": "mistral-7b",
-    "qwen/qwen2.5-0.5b": "qwen2.5-0.5b",
-    "qwen/qwen2.5-7b": "qwen2.5-7b",
-    "huggingfacetb/smollm2-135m": "smollm2-135m",
-    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
-    "openai/gpt-oss-20b": "gpt-oss-20b",
-    "google/gemma-3-27b-it": "gemma-3-27b",
-    "google/gemma-3-27b-pt": "gemma-3-27b",
-    "deepseek-ai/deepseek-v3": "deepseek-v3",
+_SPEC_ALIASES = {  # Hugging Face ids (lower case) -> catalogue names
+    "meta-llama/llama-3.2-1b": "llama-3.2-1b", "meta-llama/llama-3.2-1b-instruct": "llama-3.2-1b",
+    "meta-llama/llama-3.2-3b": "llama-3.2-3b", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama/llama-3.1-70b": "llama-3.1-70b", "mistralai/mistral-7b-v0.1": "mistral-7b",
+    "qwen/qwen2.5-0.5b": "qwen2.5-0.5b", "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "huggingfacetb/smollm2-135m": "smollm2-135m", "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
+    "openai/gpt-oss-20b": "gpt-oss-20b", "google/gemma-3-27b-it": "gemma-3-27b",
+    "google/gemma-3-27b-pt": "gemma-3-27b", "deepseek-ai/deepseek-v3": "deepseek-v3",
 }
 
 
@@ -455,34 +447,43 @@ def _fit(spec: ModelSpec, budget: int, seq_len: int, dtype: Any) -> tuple[int, i
     return budget * int(seq_len) // per_request, budget // per_request
 
 
+def layer_group_split(layers_per_kind: dict[str, int]) -> tuple[int, dict[str, int]]:
+    """(layers per group, groups of each kind) as vLLM's ``_get_kv_cache_groups_uniform_page_size``
+    (``vllm/v1/core/kv_cache_utils.py``): one size, the smallest kind's layer count (the largest's when
+    none has 1.5x the smallest); n layers make cdiv(n, size) groups, padded (gemma-3-27b: 10 and 1 + 6)."""
+    counts = {kind: n for kind, n in layers_per_kind.items() if n}
+    if not counts:
+        raise ValueError(f"layers_per_kind: needs at least one layer, got {layers_per_kind!r}")
+    size = min(counts.values())
+    if max(counts.values()) < 1.5 * size:
+        size = max(counts.values())
+    return size, {kind: cdiv(n, size) for kind, n in counts.items()}
+
+
 def kv_models_table(names: Sequence[str] | None = None, dtype: Any = "bfloat16", memory_gib: float = 80,
                     context: int = 4096, block_size: int = 16) -> list[dict]:
     """One row per model (default: the whole catalogue): what a request of ``context`` tokens costs and
     how many fit in ``memory_gib`` GiB of KV-cache memory (the KV pool alone: weights not counted).
-
-    Keys: ``model``, ``attention_kind`` (MHA/GQA/MQA/MLA), ``num_layers``, ``num_sliding_layers``,
-    ``sliding_window``, ``kv_bytes_per_token`` (every layer: a short context), ``kv_bytes_per_request``
-    (``kv_bytes_for_context(context)``), ``bytes_per_token`` (that / context: lower than
-    ``kv_bytes_per_token`` once the context passes a sliding window), ``kv_cache_groups``,
-    ``layers_per_group`` and ``padding_layers`` (vLLM's layer groups, ``memory.layer_groups``),
-    ``pool_bytes_per_request`` (the blocks of ``block_size`` the request holds in every group, as vLLM
-    lays out the pool, padding layers included), ``max_tokens``, ``max_requests`` (requests of
-    ``context`` tokens at once, in that layout), and the arguments."""
-    from paged_lab.memory.layer_groups import model_kv_cache_groups, pool_bytes_for_context
-
+    Keys: ``model``, ``attention_kind``, ``num_layers``, ``num_sliding_layers``, ``sliding_window``,
+    ``kv_bytes_per_token`` (every layer), ``kv_bytes_per_request`` (``kv_bytes_for_context``),
+    ``bytes_per_token`` (that / context), ``kv_cache_groups``, ``layers_per_group``, ``padding_layers``
+    (``layer_group_split``), ``pool_bytes_per_request`` (its blocks in every group, as vLLM lays out the
+    pool, padding included), ``max_tokens``, ``max_requests`` (in that layout), and the arguments."""
     check_positive("memory_gib", memory_gib)
     check_int("context", context, minimum=1)
     budget, rows = int(memory_gib * GiB), []
     for spec in (as_spec(n) for n in (names if names is not None else list_specs())):
-        per_request, groups = spec.kv_bytes_for_context(context, dtype), model_kv_cache_groups(spec)
-        pool = pool_bytes_for_context(spec, context, block_size, dtype)
+        per_request = spec.kv_bytes_for_context(context, dtype)
+        size, groups = layer_group_split({"full_attention": spec.num_full_layers,
+                                          "sliding_attention": spec.num_sliding_layers})
+        held = spec.kv_blocks_for_context(context, block_size)  # blocks of one layer of each kind
+        pool = sum(n * held[k] for k, n in groups.items()) * size * page_size_bytes(spec, block_size, dtype)
         rows.append({
             "model": spec.name, "attention_kind": spec.attention_kind, "num_layers": spec.num_layers,
             "num_sliding_layers": spec.num_sliding_layers, "sliding_window": spec.sliding_window,
             "kv_bytes_per_token": spec.kv_bytes_per_token(dtype), "kv_bytes_per_request": per_request,
-            "bytes_per_token": per_request / context, "kv_cache_groups": len(groups),
-            "layers_per_group": groups[0].num_layers,
-            "padding_layers": len(groups) * groups[0].num_layers - spec.num_layers,
+            "bytes_per_token": per_request / context, "kv_cache_groups": sum(groups.values()),
+            "layers_per_group": size, "padding_layers": sum(groups.values()) * size - spec.num_layers,
             "pool_bytes_per_request": pool, "max_tokens": budget * context // pool,
             "max_requests": budget // pool, "context": context, "memory_gib": memory_gib,
             "dtype": canonical_dtype(dtype), "block_size": block_size,

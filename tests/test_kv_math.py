@@ -417,3 +417,16 @@ def test_kv_bytes_per_token_per_gpu_under_tensor_parallelism():
         "llama-3.1-8b")
     with pytest.raises(ValueError, match="tensor_parallel_size"):
         kv_bytes_per_token("llama-3.1-8b", tensor_parallel_size=0)
+
+
+def test_layer_group_split_is_vllms_group_arithmetic():
+    """_get_kv_cache_groups_uniform_page_size: the smallest kind's count, unless none has 1.5x it."""
+    from paged_lab.kv_math import layer_group_split
+
+    assert layer_group_split({"full_attention": 10, "sliding_attention": 52}) == (
+        10, {"full_attention": 1, "sliding_attention": 6})                      # gemma-3-27b: 8 padding
+    assert layer_group_split({"full_attention": 13, "sliding_attention": 12}) == (
+        13, {"full_attention": 1, "sliding_attention": 1})                      # gpt-oss + eagle: 13 each
+    assert layer_group_split({"full_attention": 80, "sliding_attention": 0}) == (80, {"full_attention": 1})
+    with pytest.raises(ValueError, match="layers_per_kind"):
+        layer_group_split({"full_attention": 0})

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from paged_lab._checks import check_int
-from paged_lab.kv_math import ModelSpec, cdiv, page_size_bytes
+from paged_lab.kv_math import ModelSpec, cdiv, layer_group_split
 from paged_lab.memory.errors import InvalidBlockConfig
 
-__all__ = ["KVCacheGroup", "kv_cache_groups", "group_layers", "model_kv_cache_groups",
-           "pool_bytes_for_context"]
+__all__ = ["KVCacheGroup", "kv_cache_groups", "group_layers", "model_kv_cache_groups"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +71,10 @@ def kv_cache_groups(layer_types: Sequence[str], sliding_window: int | None = Non
         raise InvalidBlockConfig("layer_types: needs at least one layer, got none")
     if "sliding_attention" in by_type and sliding_window is None:
         raise InvalidBlockConfig("sliding_window: layer_types has sliding_attention layers: give it")
-    size = min(by_type.values())
-    if max(by_type.values()) < 1.5 * size:
-        size = max(by_type.values())
+    size, per_kind = layer_group_split(by_type)  # (kv_math: the arithmetic alone)
     groups = []
     for t in kinds:  # full attention first (vLLM sorts it first for its cache-hit search too)
-        n = cdiv(by_type.get(t, 0), size)
+        n = per_kind.get(t, 0)
         groups += [KVCacheGroup(t if n == 1 else f"{t}.{i}", size, kinds[t]) for i in range(n)]
     return groups
 
@@ -115,14 +111,3 @@ def model_kv_cache_groups(spec: ModelSpec) -> list[KVCacheGroup]:
     layer_types = spec.layer_types or ("full_attention",) * spec.num_layers
     return kv_cache_groups(layer_types, spec.sliding_window or None)
 
-
-def pool_bytes_for_context(spec: ModelSpec, num_tokens: int, block_size: int, dtype: Any = "bfloat16") -> int:
-    """Pool bytes one request of ``num_tokens`` computed tokens holds as vLLM lays the pool out: every
-    group keeps its own blocks (all of them in a full group, the window's in a sliding one), and a block
-    costs a group's layers of pages, padding layers included (``_get_kv_cache_bytes_per_block`` in
-    ``vllm/v1/core/kv_cache_utils.py``, vllm 0.32.0). Without padding it is ``kv_bytes_for_context``
-    rounded up to whole blocks."""
-    groups = model_kv_cache_groups(spec)
-    held = spec.kv_blocks_for_context(num_tokens, block_size)  # one layer of each kind
-    blocks = sum(held["full_attention" if g.sliding_window is None else "sliding_attention"] for g in groups)
-    return blocks * groups[0].num_layers * page_size_bytes(spec, block_size, dtype)
