@@ -7,9 +7,8 @@ Per token, every layer stores one K and one V vector per KV head:
 GQA shares each KV head among a group of query heads, so only ``num_kv_heads`` counts. Two kinds of
 today's models change the formula:
 
-- MLA (DeepSeek-V2/V3) caches one compressed latent per token and layer, ``kv_lora_rank +
-  qk_rope_head_dim`` elements, instead of a K and a V per head: ``num_layers x (kv_lora_rank +
-  qk_rope_head_dim) x bytes``.
+- MLA (DeepSeek-V2/V3) caches one latent per token and layer instead of a K and a V per head:
+  ``num_layers x (kv_lora_rank + qk_rope_head_dim) x bytes``.
 - Sliding-window layers (gpt-oss, Gemma 3) attend only to the last ``sliding_window`` tokens, so they
   keep at most that many: past the window, a request's cache grows only in its full-attention layers.
 """
@@ -158,15 +157,19 @@ class ModelSpec:
         return replace(self, name=f"{self.name} (all full attention)", layer_types=(), sliding_window=0)
 
     # --- sizes ----------------------------------------------------------------------------------
-    def kv_bytes_per_layer_token(self, dtype: Any = "bfloat16") -> int:
-        """What one layer stores for one token: K and V of every KV head, or MLA's one latent (no V)."""
+    def kv_bytes_per_layer_token(self, dtype: Any = "bfloat16", tensor_parallel_size: int = 1) -> int:
+        """What one layer stores for one token: K and V of every KV head, or MLA's one latent (no V). On
+        one GPU of ``tensor_parallel_size``: vLLM gives each rank ``max(1, num_kv_heads // tp)`` KV heads
+        and MLA's latent whole (``ModelConfig.get_num_kv_heads``, ``vllm/config/model.py``, vllm 0.32.0)."""
+        check_int("tensor_parallel_size", tensor_parallel_size, minimum=1)
         if self.is_mla:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(dtype)
-        return 2 * self.num_kv_heads * self.head_dim * dtype_bytes(dtype)
+        return 2 * max(1, self.num_kv_heads // tensor_parallel_size) * self.head_dim * dtype_bytes(dtype)
 
-    def kv_bytes_per_token(self, dtype: Any = "bfloat16") -> int:
-        """Bytes per token in every layer: the cost of a short context (within any sliding window)."""
-        return self.num_layers * self.kv_bytes_per_layer_token(dtype)
+    def kv_bytes_per_token(self, dtype: Any = "bfloat16", tensor_parallel_size: int = 1) -> int:
+        """Bytes per token in every layer (on one GPU of ``tensor_parallel_size``): the cost of a short
+        context (within any sliding window)."""
+        return self.num_layers * self.kv_bytes_per_layer_token(dtype, tensor_parallel_size)
 
     def kv_bytes_per_token_mha(self, dtype: Any = "bfloat16") -> int:
         return self.as_mha().kv_bytes_per_token(dtype)
@@ -183,8 +186,7 @@ class ModelSpec:
         layer_tokens = self.num_full_layers * num_tokens + self.num_sliding_layers * in_window
         return layer_tokens * self.kv_bytes_per_layer_token(dtype)
 
-    def kv_bytes(self, num_tokens: int, dtype: Any = "bfloat16") -> int:
-        """The same as :meth:`kv_bytes_for_context` (the older name)."""
+    def kv_bytes(self, num_tokens: int, dtype: Any = "bfloat16") -> int:  # (kv_bytes_for_context's old name)
         return self.kv_bytes_for_context(num_tokens, dtype)
 
     def kv_blocks_for_context(self, num_tokens: int, block_size: int) -> dict[str, int]:
@@ -303,21 +305,14 @@ _CATALOGUE = {
     "deepseek-v3": ModelSpec("deepseek-v3", 61, 128, 128, 128, 7168, 129280, 671_000_000_000, 18432, 163840,
                              False, kv_lora_rank=512, qk_rope_head_dim=64),
 }
-_SPEC_ALIASES = {
-    "meta-llama/llama-3.2-1b": "llama-3.2-1b",
-    "meta-llama/llama-3.2-1b-instruct": "llama-3.2-1b",
-    "meta-llama/llama-3.2-3b": "llama-3.2-3b",
-    "meta-llama/llama-3.1-8b": "llama-3.1-8b",
-    "meta-llama/llama-3.1-70b": "llama-3.1-70b",
-    "mistralai/mistral-7b-v0.1": "mistral-7b",
-    "qwen/qwen2.5-0.5b": "qwen2.5-0.5b",
-    "qwen/qwen2.5-7b": "qwen2.5-7b",
-    "huggingfacetb/smollm2-135m": "smollm2-135m",
-    "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
-    "openai/gpt-oss-20b": "gpt-oss-20b",
-    "google/gemma-3-27b-it": "gemma-3-27b",
-    "google/gemma-3-27b-pt": "gemma-3-27b",
-    "deepseek-ai/deepseek-v3": "deepseek-v3",
+_SPEC_ALIASES = {  # Hugging Face ids (lower case) -> catalogue names
+    "meta-llama/llama-3.2-1b": "llama-3.2-1b", "meta-llama/llama-3.2-1b-instruct": "llama-3.2-1b",
+    "meta-llama/llama-3.2-3b": "llama-3.2-3b", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama/llama-3.1-70b": "llama-3.1-70b", "mistralai/mistral-7b-v0.1": "mistral-7b",
+    "qwen/qwen2.5-0.5b": "qwen2.5-0.5b", "qwen/qwen2.5-7b": "qwen2.5-7b",
+    "huggingfacetb/smollm2-135m": "smollm2-135m", "huggingfacetb/smollm2-135m-instruct": "smollm2-135m",
+    "openai/gpt-oss-20b": "gpt-oss-20b", "google/gemma-3-27b-it": "gemma-3-27b",
+    "google/gemma-3-27b-pt": "gemma-3-27b", "deepseek-ai/deepseek-v3": "deepseek-v3",
 }
 
 
@@ -338,8 +333,8 @@ def as_spec(model: str | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else get_spec(model)
 
 
-def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16") -> int:
-    return as_spec(model).kv_bytes_per_token(dtype)
+def kv_bytes_per_token(model: str | ModelSpec, dtype: Any = "bfloat16", tensor_parallel_size: int = 1) -> int:
+    return as_spec(model).kv_bytes_per_token(dtype, tensor_parallel_size)
 
 
 def num_kv_blocks(spec: ModelSpec, memory_bytes: int, block_size: int, dtype: Any = "bfloat16") -> int:
@@ -357,8 +352,7 @@ def window_blocks_held(num_tokens: int, block_size: int, sliding_window: int) ->
     The next token attends to itself and the last ``sliding_window - 1`` computed tokens, so
     ``get_num_skipped_tokens`` skips ``num_tokens - sliding_window + 1`` of them, and
     ``remove_skipped_blocks`` frees the blocks lying wholly among those (a block partly inside the
-    window stays whole). Window 128, blocks of 16, 1,000 tokens: 873 skipped, blocks 0-53 freed, the
-    9 blocks 54-62 (tokens 864-999) held."""
+    window stays whole). Window 128, blocks of 16, 1,000 tokens: 873 skipped, blocks 54-62 held."""
     check_int("num_tokens", num_tokens, minimum=0)
     check_int("block_size", block_size, minimum=1)
     check_int("sliding_window", sliding_window, minimum=1)
@@ -374,7 +368,8 @@ def page_size_bytes(spec: ModelSpec, block_size: int, dtype: Any = "bfloat16",
     ``layer_types`` name; a sliding layer's page is the same size as a full one's (it holds fewer pages).
 
     MLA has no factor 2: ``MLAAttentionSpec`` has one "head" of ``kv_lora_rank + qk_rope_head_dim`` and
-    ``head_size_v = 0``. fp8 halves bf16's page through the dtype (``"fp8"`` is ``torch.uint8``, 1 byte);
+    ``head_size_v = 0``. fp8 halves bf16's page through the dtype (``"fp8"`` is ``torch.uint8``, 1 byte,
+    viewed as the platform's ``fp8_dtype()`` when read);
     ``cache_dtype_str`` changes the size only for DeepSeek-V3.2's packed ``fp8_ds_mla`` / ``nvfp4_ds_mla``
     layouts (656 / 352 bytes a token, ``MLAAttention.get_kv_cache_spec`` in
     ``vllm/model_executor/layers/attention/mla_attention.py``), which paged_lab does not model."""
@@ -388,15 +383,10 @@ def page_size_bytes(spec: ModelSpec, block_size: int, dtype: Any = "bfloat16",
 
 
 def positions_processed(prompt_len: int, new_tokens: int, kv_cache: bool = True) -> int:
-    """Token positions pushed through the model's layers to generate ``new_tokens`` after a prompt.
-
-    Step ``i`` (``i = 0 .. new_tokens - 1``) samples one token. With a KV cache, step 0 processes the
-    prompt and every later step only the one token sampled before it: ``prompt_len + new_tokens - 1``
-    positions in all, linear in the output length. Without a cache, step ``i`` must process the whole
-    sequence so far, ``prompt_len + i`` positions, so the total
-    ``new_tokens * prompt_len + new_tokens * (new_tokens - 1) / 2`` grows with the *square* of the
-    output length. (Attention itself reads all earlier positions' K and V at every step either way.)
-    """
+    """Token positions pushed through the model's layers to generate ``new_tokens`` after a prompt: with a
+    KV cache step 0 processes the prompt and every later step one token, ``prompt_len + new_tokens - 1``
+    in all; without one, step ``i`` processes all ``prompt_len + i`` so far, a total that grows with the
+    *square* of the output length. (Attention reads all earlier K and V at every step either way.)"""
     for name, value in (("prompt_len", prompt_len), ("new_tokens", new_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -454,42 +444,57 @@ def plan_capacity(
 
 
 def _fit(spec: ModelSpec, budget: int, seq_len: int, dtype: Any) -> tuple[int, int]:
-    """(tokens, requests of ``seq_len`` tokens) that fit in ``budget`` bytes. Without sliding layers a
-    request costs seq_len x bytes/token, so tokens = budget // bytes/token; with them, a request's bytes
-    are what its context keeps, and tokens = budget x seq_len // those."""
+    """(tokens, requests of ``seq_len`` tokens) that fit in ``budget`` bytes, a request costing what its
+    context keeps (seq_len x bytes/token without sliding layers): tokens = budget x seq_len // that."""
     per_request = spec.kv_bytes_for_context(int(seq_len), dtype)
     return budget * int(seq_len) // per_request, budget // per_request
 
 
+def layer_group_split(layers_per_kind: dict[str, int]) -> tuple[int, dict[str, int]]:
+    """(layers per group, groups of each kind) as vLLM's ``_get_kv_cache_groups_uniform_page_size``
+    (``vllm/v1/core/kv_cache_utils.py``): one size, the smallest kind's layer count (the largest's when
+    none has 1.5x the smallest); n layers make cdiv(n, size) groups, padded (gemma-3-27b: 10 and 1 + 6)."""
+    counts = {kind: n for kind, n in layers_per_kind.items() if n}
+    if not counts:
+        raise ValueError(f"layers_per_kind: needs at least one layer, got {layers_per_kind!r}")
+    size = min(counts.values())
+    if max(counts.values()) < 1.5 * size:
+        size = max(counts.values())
+    return size, {kind: cdiv(n, size) for kind, n in counts.items()}
+
+
 def kv_models_table(names: Sequence[str] | None = None, dtype: Any = "bfloat16", memory_gib: float = 80,
-                    context: int = 4096) -> list[dict]:
+                    context: int = 4096, block_size: int = 16) -> list[dict]:
     """One row per model (default: the whole catalogue): what a request of ``context`` tokens costs and
     how many fit in ``memory_gib`` GiB of KV-cache memory (the KV pool alone: weights not counted).
-
-    Keys: ``model``, ``attention_kind`` (MHA/GQA/MQA/MLA), ``num_layers``, ``num_sliding_layers``,
-    ``sliding_window``, ``kv_bytes_per_token`` (every layer: a short context), ``kv_bytes_per_request``
-    (``kv_bytes_for_context(context)``), ``bytes_per_token`` (that / context: lower than
-    ``kv_bytes_per_token`` once the context passes a sliding window), ``max_tokens``, ``max_requests``
-    (requests of ``context`` tokens at once), and the arguments ``context``, ``memory_gib``, ``dtype``."""
+    Keys: ``model``, ``attention_kind``, ``num_layers``, ``num_sliding_layers``, ``sliding_window``,
+    ``kv_bytes_per_token`` (every layer), ``kv_bytes_per_request`` (``kv_bytes_for_context``),
+    ``bytes_per_token`` (that / context), ``kv_cache_groups``, ``layers_per_group``, ``padding_layers``
+    (``layer_group_split``), ``pool_bytes_per_request`` (its blocks in every group, as vLLM lays out the
+    pool, padding included), ``max_tokens``, ``max_requests`` (in that layout), and the arguments."""
     check_positive("memory_gib", memory_gib)
     check_int("context", context, minimum=1)
-    budget = int(memory_gib * GiB)
-    rows = []
+    budget, rows = int(memory_gib * GiB), []
     for spec in (as_spec(n) for n in (names if names is not None else list_specs())):
         per_request = spec.kv_bytes_for_context(context, dtype)
-        max_tokens, max_requests = _fit(spec, budget, context, dtype)
+        size, groups = layer_group_split({"full_attention": spec.num_full_layers,
+                                          "sliding_attention": spec.num_sliding_layers})
+        held = spec.kv_blocks_for_context(context, block_size)  # blocks of one layer of each kind
+        pool = sum(n * held[k] for k, n in groups.items()) * size * page_size_bytes(spec, block_size, dtype)
         rows.append({
             "model": spec.name, "attention_kind": spec.attention_kind, "num_layers": spec.num_layers,
             "num_sliding_layers": spec.num_sliding_layers, "sliding_window": spec.sliding_window,
             "kv_bytes_per_token": spec.kv_bytes_per_token(dtype), "kv_bytes_per_request": per_request,
-            "bytes_per_token": per_request / context, "max_tokens": max_tokens, "max_requests": max_requests,
-            "context": context, "memory_gib": memory_gib, "dtype": canonical_dtype(dtype),
+            "bytes_per_token": per_request / context, "kv_cache_groups": sum(groups.values()),
+            "layers_per_group": size, "padding_layers": sum(groups.values()) * size - spec.num_layers,
+            "pool_bytes_per_request": pool, "max_tokens": budget * context // pool,
+            "max_requests": budget // pool, "context": context, "memory_gib": memory_gib,
+            "dtype": canonical_dtype(dtype), "block_size": block_size,
         })  # fmt: skip
     return rows
 
 
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary units, as memory is counted)."""
+def human_bytes(n: float) -> str:  # 1536 -> '1.5 KiB' (binary units, as memory is counted)
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     units = ["B", "KiB", "MiB", "GiB", "TiB"]

@@ -7,7 +7,9 @@ builds the spec class vLLM's attention layer would build -- ``FullAttentionSpec`
 or ``MLAAttentionSpec`` (``vllm/v1/kv_cache_interface.py``), with the fields ``Attention.get_kv_cache_spec``
 and ``MLAAttention.get_kv_cache_spec`` pass (``vllm/model_executor/layers/attention/attention.py``,
 ``mla_attention.py``: MLA has one "head" of ``kv_lora_rank + qk_rope_head_dim``) -- for a few block sizes
-and cache dtypes, and records its ``page_size_bytes``. Then it drives vLLM's own ``SlidingWindowManager``
+and cache dtypes, and records its ``page_size_bytes``; and the KV-cache groups vLLM makes of every
+layer's spec (``_get_kv_cache_groups_uniform_page_size``: groups of one size, padded where a group holds
+fewer layers). Then it drives vLLM's own ``SlidingWindowManager``
 (``vllm/v1/core/single_type_kv_cache_manager.py``) over a real ``BlockPool``: allocate a request's blocks
 for ``num_tokens`` computed tokens, ``remove_skipped_blocks``, and count the blocks it still holds.
 Everything goes to ``tests/data/vllm_kv_specs.json``; ``tests/test_kv_specs_vllm.py`` checks paged_lab
@@ -35,19 +37,24 @@ RECORDER = "scripts/record_vllm_kv_specs.py"
 # The KV-relevant shapes of paged_lab's catalogue (paged_lab/kv_math.py; the test checks they agree).
 # kinds: the layer kinds the model has; MLA models cache one latent of kv_lora_rank + qk_rope_head_dim.
 MODELS = {
-    "smollm2-135m": {"num_kv_heads": 3, "head_dim": 64},
-    "qwen2.5-0.5b": {"num_kv_heads": 2, "head_dim": 64},
-    "llama-3.2-1b": {"num_kv_heads": 8, "head_dim": 64},
-    "llama-3.2-3b": {"num_kv_heads": 8, "head_dim": 128},
-    "llama-2-7b": {"num_kv_heads": 32, "head_dim": 128},
-    "falcon-7b": {"num_kv_heads": 1, "head_dim": 64},
-    "mistral-7b": {"num_kv_heads": 8, "head_dim": 128},
-    "qwen2.5-7b": {"num_kv_heads": 4, "head_dim": 128},
-    "llama-3.1-8b": {"num_kv_heads": 8, "head_dim": 128},
-    "gpt-oss-20b": {"num_kv_heads": 8, "head_dim": 64, "sliding_window": 128},
-    "gemma-3-27b": {"num_kv_heads": 16, "head_dim": 128, "sliding_window": 1024},
-    "llama-3.1-70b": {"num_kv_heads": 8, "head_dim": 128},
-    "deepseek-v3": {"num_kv_heads": 128, "head_dim": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64},
+    "smollm2-135m": {"num_layers": 30, "num_kv_heads": 3, "head_dim": 64},
+    "qwen2.5-0.5b": {"num_layers": 24, "num_kv_heads": 2, "head_dim": 64},
+    "llama-3.2-1b": {"num_layers": 16, "num_kv_heads": 8, "head_dim": 64},
+    "llama-3.2-3b": {"num_layers": 28, "num_kv_heads": 8, "head_dim": 128},
+    "llama-2-7b": {"num_layers": 32, "num_kv_heads": 32, "head_dim": 128},
+    "falcon-7b": {"num_layers": 32, "num_kv_heads": 1, "head_dim": 64},
+    "mistral-7b": {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128},
+    "qwen2.5-7b": {"num_layers": 28, "num_kv_heads": 4, "head_dim": 128},
+    "llama-3.1-8b": {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128},
+    # full_every k: layer i is full attention when (i + 1) % k == 0, else sliding (gpt-oss alternates,
+    # sliding first; Gemma 3: five sliding, then one full)
+    "gpt-oss-20b": {"num_layers": 24, "num_kv_heads": 8, "head_dim": 64, "sliding_window": 128,
+                    "full_every": 2},
+    "gemma-3-27b": {"num_layers": 62, "num_kv_heads": 16, "head_dim": 128, "sliding_window": 1024,
+                    "full_every": 6},
+    "llama-3.1-70b": {"num_layers": 80, "num_kv_heads": 8, "head_dim": 128},
+    "deepseek-v3": {"num_layers": 61, "num_kv_heads": 128, "head_dim": 128, "kv_lora_rank": 512,
+                    "qk_rope_head_dim": 64},
 }
 BLOCK_SIZES = (16, 32, 128)
 DTYPES = ("bfloat16", "fp8", "float32")  # vLLM's cache_dtype strings (STR_DTYPE_TO_TORCH_DTYPE)
@@ -107,6 +114,30 @@ def record_page(row: dict) -> dict:
     return {**row, "spec_class": type(spec).__name__, "page_size_bytes": spec.page_size_bytes}
 
 
+def layer_types(shape: dict) -> list[str]:
+    """Each layer's HF kind (config.json's ``layer_types``), from ``full_every``."""
+    k = shape.get("full_every")
+    return ["full_attention" if not k or (i + 1) % k == 0 else "sliding_attention"
+            for i in range(shape["num_layers"])]
+
+
+def record_groups(name: str) -> dict:
+    """The KV-cache groups vLLM makes of the model's layers (``_get_kv_cache_groups_uniform_page_size`` in
+    ``vllm/v1/core/kv_cache_utils.py``): per group, its spec class and window and its layers (indices);
+    ``layers_per_block``: the largest group's layer count, the pages one pool block costs
+    (``_get_kv_cache_bytes_per_block``): a group holding fewer layers leaves the rest as padding."""
+    from vllm.v1.core.kv_cache_utils import _get_kv_cache_groups_uniform_page_size
+
+    shape = MODELS[name]
+    specs = {f"model.layers.{i}.attn": build_spec(shape, kind, 16, "bfloat16")
+             for i, kind in enumerate(layer_types(shape))}
+    groups = _get_kv_cache_groups_uniform_page_size(specs)
+    return {"model": name, "layers_per_block": max(len(g.layer_names) for g in groups), "groups": [
+        {"spec_class": type(g.kv_cache_spec).__name__,
+         "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None),
+         "layers": [int(n.split(".")[2]) for n in g.layer_names]} for g in groups]}
+
+
 def record_window(row: dict) -> dict:
     """Blocks vLLM's SlidingWindowManager holds for one request after ``num_tokens`` computed tokens."""
     import torch
@@ -136,6 +167,7 @@ def record() -> dict:
         "recorder": RECORDER,
         "page_sizes": [record_page(r) for r in page_scenarios()],
         "window_blocks": [record_window(r) for r in window_scenarios()],
+        "kv_cache_groups": [record_groups(name) for name in MODELS],
     }
 
 

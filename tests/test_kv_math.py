@@ -399,3 +399,34 @@ def test_capacity_plan_counts_what_a_sliding_window_keeps():
     assert plan.kv_budget_bytes == 80 * kv_math.GB - 21_000_000_000
     assert plan.max_seqs == plan.kv_budget_bytes // per_request
     assert plan.max_tokens == plan.kv_budget_bytes * 4096 // per_request
+
+
+def test_kv_bytes_per_token_per_gpu_under_tensor_parallelism():
+    """vLLM's ModelConfig.get_num_kv_heads: max(1, num_kv_heads // tp) KV heads per GPU, MLA's one
+    latent on every GPU. At TP=8 Llama-3.1-70B's 8 KV heads are one per GPU, so it costs less per GPU
+    than DeepSeek-V3, whose latent is not split: the per-model order flips."""
+    from paged_lab.kv_math import kv_bytes_per_token
+
+    assert kv_bytes_per_token("llama-3.1-70b", "bf16") == 327_680
+    per_gpu = kv_bytes_per_token("llama-3.1-70b", "bf16", tensor_parallel_size=8)
+    assert per_gpu == 2 * 80 * 1 * 128 * 2 == 40_960
+    assert kv_bytes_per_token("deepseek-v3", "bf16", tensor_parallel_size=8) == 61 * 576 * 2 == 70_272
+    assert kv_bytes_per_token("llama-3.1-70b", "bf16", tensor_parallel_size=16) == 40_960   # replicated
+    assert kv_bytes_per_token("falcon-7b", "bf16", tensor_parallel_size=4) == kv_bytes_per_token("falcon-7b")
+    assert kv_bytes_per_token("llama-3.1-8b", "bf16", tensor_parallel_size=2) * 2 == kv_bytes_per_token(
+        "llama-3.1-8b")
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        kv_bytes_per_token("llama-3.1-8b", tensor_parallel_size=0)
+
+
+def test_layer_group_split_is_vllms_group_arithmetic():
+    """_get_kv_cache_groups_uniform_page_size: the smallest kind's count, unless none has 1.5x it."""
+    from paged_lab.kv_math import layer_group_split
+
+    assert layer_group_split({"full_attention": 10, "sliding_attention": 52}) == (
+        10, {"full_attention": 1, "sliding_attention": 6})                      # gemma-3-27b: 8 padding
+    assert layer_group_split({"full_attention": 13, "sliding_attention": 12}) == (
+        13, {"full_attention": 1, "sliding_attention": 1})                      # gpt-oss + eagle: 13 each
+    assert layer_group_split({"full_attention": 80, "sliding_attention": 0}) == (80, {"full_attention": 1})
+    with pytest.raises(ValueError, match="layers_per_kind"):
+        layer_group_split({"full_attention": 0})

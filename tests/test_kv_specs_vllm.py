@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from scriptkit import load_script
 
-from paged_lab.kv_math import get_spec, list_specs, page_size_bytes, window_blocks_held
+from paged_lab.kv_math import get_spec, kv_models_table, list_specs, page_size_bytes, window_blocks_held
+from paged_lab.memory.layer_groups import group_layers, model_kv_cache_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "vllm_kv_specs.json"
@@ -59,6 +60,8 @@ def test_the_recorders_shapes_are_the_catalogues(rec):
         assert shape.get("sliding_window", 0) == spec.sliding_window, name
         kinds = {"full_attention"} | ({"sliding_attention"} if spec.num_sliding_layers else set())
         assert set(rec.model_kinds(shape)) == kinds, name
+        assert shape["num_layers"] == spec.num_layers, name
+        assert rec.layer_types(shape) == list(spec.layer_types or ["full_attention"] * spec.num_layers), name
 
 
 def test_page_size_bytes_is_vllms_for_every_recorded_page(data):
@@ -97,3 +100,39 @@ def test_the_recorded_example_window_128_blocks_16_at_1000_tokens(data):
     # 1000 - 128 + 1 = 873 tokens skipped: blocks 0..53 wholly inside them, 54..62 (tokens 864..999) kept
     assert row["num_skipped_tokens"] == 873 and row["first_held_block"] == 873 // 16 == 54
     assert row["blocks_held"] == 63 - 54 == 9
+
+
+def test_kv_cache_groups_are_vllms_for_every_catalogue_model(data):
+    """memory.layer_groups splits each model's layers into the groups vLLM's
+    _get_kv_cache_groups_uniform_page_size made of them: the same layers in each group (vLLM lists a
+    model's first kind first, paged_lab full attention first: compared as sets), the same windows, and
+    one size for every group, vLLM's largest group (the pages one pool block costs)."""
+    assert [r["model"] for r in data["kv_cache_groups"]] == list_specs()
+    for row in data["kv_cache_groups"]:
+        spec = get_spec(row["model"])
+        groups = model_kv_cache_groups(spec)
+        layers = group_layers(spec.layer_types or ["full_attention"] * spec.num_layers, groups)
+        ours = {(g.sliding_window, tuple(layers[g.name])) for g in groups}
+        theirs = {(g["sliding_window"], tuple(g["layers"])) for g in row["groups"]}
+        assert ours == theirs and len(groups) == len(row["groups"]), row["model"]
+        assert {g.num_layers for g in groups} == {row["layers_per_block"]}, row["model"]
+        for g in row["groups"]:
+            assert g["spec_class"] == ("MLAAttentionSpec" if spec.is_mla else "SlidingWindowSpec"
+                                       if g["sliding_window"] else "FullAttentionSpec"), row["model"]
+
+
+def test_gemma_3_27b_capacity_is_counted_in_vllms_padded_groups(data):
+    """gemma-3-27b: 52 sliding + 10 full layers make seven groups of 10 in vLLM, six sliding ones holding
+    52 layers in 60 places; a pool block costs 10 pages, so a 4,096-token request holds the full group's
+    256 blocks and 64 in each sliding group: 102 requests in 80 GiB, not the 111 of counting layers."""
+    (row,) = [r for r in data["kv_cache_groups"] if r["model"] == "gemma-3-27b"]
+    assert len(row["groups"]) == 7 and row["layers_per_block"] == 10
+    assert sorted(len(g["layers"]) for g in row["groups"] if g["sliding_window"]) == [8, 8, 9, 9, 9, 9]
+    page = {(r["model"], r["kind"], r["block_size"], r["dtype"]): r["page_size_bytes"]
+            for r in data["page_sizes"]}["gemma-3-27b", "sliding_attention", 16, "bfloat16"]
+    (gemma,) = kv_models_table(["gemma-3-27b"], "bfloat16", memory_gib=80, context=4096, block_size=16)
+    assert (gemma["kv_cache_groups"], gemma["layers_per_group"], gemma["padding_layers"]) == (7, 10, 8)
+    blocks = 4096 // 16 + 6 * window_blocks_held(4096, 16, 1024)          # the full group's + six windows'
+    assert blocks == 256 + 6 * 64 and gemma["pool_bytes_per_request"] == blocks * 10 * page
+    assert gemma["max_requests"] == 80 * 2**30 // gemma["pool_bytes_per_request"] == 102
+    assert 80 * 2**30 // gemma["kv_bytes_per_request"] == 111      # layers counted without vLLM's padding

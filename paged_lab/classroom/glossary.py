@@ -191,9 +191,10 @@ TERMS: tuple[Term, ...] = (
     Term("Scheduler", "the clerk who calls the next traveller", "叫號的人", "Each step picks which requests "
          "run: admits, schedules prefills and decodes, preempts (`paged_lab.sched`)."),
     # --- today's models (notebook 08): no story of their own; the words are ours ---
-    Term("MLA", "one packed bag instead of name tags and folders", "一個壓縮包，取代名牌和資料夾",
+    Term("MLA", "one packed bag instead of name tags and folders", "一個打包好的袋子，取代名牌和資料夾",
          "Multi-head latent attention (DeepSeek-V2/V3): each layer caches one latent of `kv_lora_rank + "
-         "qk_rope_head_dim` numbers per token instead of K and V per head; attention expands it as it reads.",
+         "qk_rope_head_dim` numbers per token instead of K and V per head; a prefill expands it into every "
+         "head's K and V, a decode step attends over the latent itself, as MQA (vLLM `forward_mqa`).",
          False, ("multi-head latent attention", "latent")),
     Term("fp8 KV cache", "luggage packed smaller, a little blurred", "壓得更小、細節略糊的行李",
          "`kv_cache_dtype=\"fp8\"`: K and V stored as 8-bit floats (e4m3) with a scale per layer, 1 byte a "

@@ -5,7 +5,8 @@ All layers live in one tensor ``[num_layers, 2, num_blocks, block_size, num_kv_h
 copy-on-write copy of block ``src`` into ``dst`` is one index op over every layer at once.
 
 The cache dtype is vLLM's ``kv_cache_dtype``: ``"auto"``, the model's dtype, or ``"fp8"``: K and V held as
-``torch.float8_e4m3fn`` (1 byte a number, a quarter of fp32's, half of bf16's), each layer with one
+``torch.float8_e4m3fn`` (1 byte a number, a quarter of fp32's, half of bf16's; vLLM allocates ``uint8``
+and views it as the platform's ``fp8_dtype()``, e4m3fn on CUDA and CPU), each layer with one
 scale for K and one for V (``KVCache.scales``), which the kernels divide by when they store and multiply
 by when they read (``paged_lab.kernels.quant``). The scales are 1.0, as vLLM's are when the checkpoint
 brings none: ``set_default_quant_scales`` in ``vllm/model_executor/layers/attention/attention.py``

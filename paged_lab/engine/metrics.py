@@ -106,7 +106,8 @@ class EngineMetrics:
 
 def engine_stats(llm: LLM) -> dict[str, Any]:
     """``LLM.stats()``: the attention backends that ran, the KV pool and prefix cache, the scheduler's
-    counts, the latency percentiles, the event log and the timeline."""
+    counts (also under vLLM's metric names, ``vllm_metric_names``), the latency percentiles, the event
+    log and the timeline."""
     bm, ks, groups = llm.block_manager, llm.kernel_stats, llm.layer_groups
     # a HybridBlockManager keeps one BlockManager per group: its counts and events are per group
     first = bm.managers[groups.groups[0].name] if groups.hybrid else bm
@@ -135,11 +136,24 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "num_preemptions": llm.scheduler.num_preemptions,
         "num_steps": llm.scheduler.step_count,
         "num_cow": first.stats.num_cow,
+        **vllm_metric_names(bm.usage, first.stats, llm.scheduler.num_preemptions),
         **llm.latency(),
         "events": ({g: list(e) for g, e in bm.events.items()} if groups.hybrid  # layer groups: per group
                    else list(bm.events)),
         "timeline": list(llm.metrics.timeline),
     }
+
+
+def vllm_metric_names(kv_usage: float, prefix_stats, num_preemptions: int) -> dict[str, float]:
+    """The same quantities under the names vLLM's Prometheus logger exports them
+    (``PrometheusStatLogger`` in ``vllm/v1/metrics/loggers.py``, vllm 0.32.0): ``vllm:kv_cache_usage_perc``
+    (a gauge, "1 means 100 percent usage": the fraction of the pool's blocks in use), the counters
+    ``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits`` (in tokens) and ``vllm:num_preemptions``
+    (Prometheus shows a counter with ``_total`` appended)."""
+    return {"vllm:kv_cache_usage_perc": kv_usage,
+            "vllm:prefix_cache_queries": prefix_stats.prefix_cache_queries,
+            "vllm:prefix_cache_hits": prefix_stats.prefix_cache_hits,
+            "vllm:num_preemptions": num_preemptions}
 
 
 # ------------------------------------------------------------------------------------ progress output

@@ -29,9 +29,9 @@ BACKEND_WORDS = {
     "triton": "Triton GPU kernels (kernels/triton_paged.py)",
     "reference": "reference loops (kernels/reference.py)",
 }
-# vLLM 0.32.0's CUDA platform tries FlashAttention first (FlashInfer first on Blackwell):
-# docs/vllm_claims.md C36
-VLLM_ON_GPUS = "vLLM on NVIDIA GPUs: FlashAttention<br>(FlashInfer first on Blackwell)"
+# vLLM 0.32.0's CUDA platform tries FlashAttention first, FlashInfer first only on compute capability 10.x
+# (B200-class Blackwell; the SM12x Blackwells try FlashAttention first): docs/vllm_claims.md C36
+VLLM_ON_GPUS = "vLLM on NVIDIA GPUs: FlashAttention<br>(FlashInfer first on compute capability 10.x)"
 
 
 @dataclass(frozen=True)
