@@ -466,6 +466,8 @@ def test_the_term_table_is_well_formed():
     ("每個 query head 仍然關注前面的每一個 token", "'關注': the term table writes 'attend'"),
     ("第一個放得下的（最先適配）", "'最先適配': the term table writes 'first fit'"),
     ("放得下的 token 數再翻一番", "'翻一番': the term table writes 'doubles'"),
+    ("實測，context 4,096 個 token", "'context': the term table writes 'context' as '上下文'"),
+    ("權重都占一樣多的 bytes。", "'bytes': the term table writes 'byte' as '位元組'"),
     ("故事沿用種子原文的用詞", "'種子': the project's name for the story"),
     ("也就是前一篇文章開頭的問題", "'前一篇文章': the project's name for the story"),
     ("這是原作故事的說法", "'原作故事': the project's name for the story"),
@@ -491,6 +493,7 @@ def test_the_term_check_reports_each_kind_of_seam(text, found):
     "All English, \"quoted\" and *in italics*\n\n但下一段是中文",  # quotes and italics on an English line
     "第一行結束了。\n- 清單的下一項",  # a list item on its own line, a sentence that ended
     "`LLM(..., parallel_sampling=\"fork\")` 與 **粗體**",  # quotes in code, bold
+    "`context_lens` 與 `bytes`，每個 token 的位元組數（bytes per token）",  # code and a gloss
 ])
 def test_the_term_check_leaves_code_titles_and_glosses_alone(text):
     problems = i18n.term_problems(text)
