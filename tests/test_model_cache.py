@@ -158,3 +158,19 @@ def test_safetensors_problems_are_named(tmp_path):
     path.write_bytes(whole + b"\0")
     assert "describes" in safetensors_problem(path)
     assert _cache.MODEL_FILES[-1] == "model.safetensors"
+
+
+def test_binder_builds_the_model_and_the_kernels_into_the_image():
+    """binder/postBuild runs paged_lab.prebuild: the model's cached copy and each C library."""
+    from paged_lab.prebuild import prebuild
+
+    post_build = (Path(__file__).parents[1] / "binder" / "postBuild").read_text()
+    assert "\npython -m paged_lab.prebuild\n" in post_build
+    done = prebuild(progress=False)
+    assert list(done.values())[0] == "ready"
+    assert model_dir_problem(_cache.cache_root() / SMOLLM2_CACHE_NAME) is None
+    assert [k for k in done if k.startswith("C kernels")] == [
+        "C kernels paged_attention.c", "C kernels panel_gemm.c", "C kernels layer_ops.c"]
+    from paged_lab.kernels import cpu_paged
+
+    assert all(v == "ready" for v in done.values()) == (cpu_paged.why_unavailable() is None)
