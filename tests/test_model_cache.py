@@ -161,11 +161,11 @@ def test_safetensors_problems_are_named(tmp_path):
 
 
 def test_binder_builds_the_model_and_the_kernels_into_the_image():
-    """binder/postBuild runs paged_lab.prebuild: the model's cached copy and each C library."""
-    from paged_lab.prebuild import prebuild
+    """binder/postBuild runs paged_lab.tools.prebuild: the model's cached copy and each C library."""
+    from paged_lab.tools.prebuild import prebuild
 
     post_build = (Path(__file__).parents[1] / "binder" / "postBuild").read_text()
-    assert "\npython -m paged_lab.prebuild\n" in post_build
+    assert "\npython -m paged_lab.tools.prebuild\n" in post_build
     done = prebuild(progress=False)
     assert list(done.values())[0] == "ready"
     assert model_dir_problem(_cache.cache_root() / SMOLLM2_CACHE_NAME) is None

@@ -1,7 +1,7 @@
 """Build once, ahead of a learner's first run, what that run would otherwise build: the default model's
 fp32 copy (converted from the GGUF in the wheel) and the C kernels, into ``PAGED_LAB_CACHE``.
 
-    python -m paged_lab.prebuild
+    python -m paged_lab.tools.prebuild
 
 Binder's ``binder/postBuild`` runs it, so that a Binder container starts warm: notebook 01's model cell
 then reads the cached copy instead of converting the GGUF.
