@@ -194,14 +194,16 @@ def write_table(doc: Path, table: str, note: str) -> None:
     doc.write_text(f"{head}{TABLE_START}\n{note}\n\n{table}\n{TABLE_END}{tail}")
 
 
-def machine_note() -> str:
+def machine_note(cold: bool = False) -> str:
     import os
     import platform
 
     import psutil
 
     return (
-        "Measured with `python scripts/measure_notebooks.py --write docs/notebooks.md` (last run "
+        f"Measured with `python scripts/measure_notebooks.py{' --cold' if cold else ''} --write "
+        "docs/notebooks.md` "
+        "(last run, of the rows dated then: "
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC) on {platform.machine()} Linux, "
         f"{os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU: Python "
         f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the start (a shared machine: "
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"no notebooks found in {NOTEBOOKS}", file=sys.stderr)
         return 1
-    note, rows = machine_note(), []
+    note, rows = machine_note(args.cold), []
     for path in paths:
         m = execute(path, cold=args.cold)
         print(f"{m.notebook}: {m.seconds:.1f} s (limit {m.time_limit:.0f} s), "
