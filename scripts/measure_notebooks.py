@@ -4,10 +4,14 @@
     table, exit 1 if over budget
     python scripts/measure_notebooks.py --write docs/notebooks.md
     python scripts/measure_notebooks.py notebooks/01_kv_cache_math.ipynb
+    python scripts/measure_notebooks.py --cold notebooks/01_kv_cache_math.ipynb --write docs/notebooks.md
 
 Wall time is from the first cell's start to the last cell's end (the kernel is already up, as it is
 for a learner who presses "Run All"); peak memory is the kernel process's high-water resident set
 (VmHWM from /proc, plus any child process it left running), the number Binder's 2 GB limit is about.
+``--cold`` runs the notebooks as a learner's first run meets them: with an empty ``PAGED_LAB_CACHE``, so
+the default model is converted from its GGUF and the C kernels are compiled (row "(first run: empty
+cache)"); without it, the cache is whatever this machine has built (the model's copy, the kernels).
 The browser test (tests/browser) enforces the same budgets on its own run of every notebook.
 """
 
@@ -30,6 +34,7 @@ MEMORY_LIMIT_BYTES = 2 * 1000**3
 DEFAULT_SECONDS = 60.0
 SECONDS_BY_NUMBER = {6: 90.0, 7: 180.0, 8: 90.0}
 
+COLD = " (first run: empty cache)"  # the table row of a notebook measured with --cold
 TABLE_START = "<!-- budget-table:start -->"
 TABLE_END = "<!-- budget-table:end -->"
 
@@ -77,6 +82,7 @@ class Measurement:
     seconds: float
     peak_bytes: int
     error: str | None = None
+    load: float | None = None  # the machine's 1-minute load average when the run started
 
     @property
     def time_limit(self) -> float:
@@ -97,8 +103,22 @@ class Measurement:
         return out
 
 
-def execute(path: Path, timeout: float | None = None) -> Measurement:
-    """Run ``path`` top to bottom in a fresh python3 kernel (nbclient) and measure it."""
+def execute(path: Path, timeout: float | None = None, cold: bool = False) -> Measurement:
+    """Run ``path`` top to bottom in a fresh python3 kernel (nbclient) and measure it; ``cold``: with an
+    empty ``PAGED_LAB_CACHE`` of its own (removed afterwards)."""
+    import os
+    import shutil
+    import tempfile
+
+    if cold:
+        cache, before = tempfile.mkdtemp(prefix="paged_lab_cold_"), os.environ.get("PAGED_LAB_CACHE")
+        os.environ["PAGED_LAB_CACHE"] = cache  # the kernel inherits it
+        try:
+            m = execute(path, timeout)
+        finally:
+            os.environ.pop("PAGED_LAB_CACHE") if before is None else os.environ.update(PAGED_LAB_CACHE=before)
+            shutil.rmtree(cache, ignore_errors=True)
+        return Measurement(m.notebook + COLD, m.seconds, m.peak_bytes, m.error, m.load)
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -111,7 +131,7 @@ def execute(path: Path, timeout: float | None = None) -> Measurement:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
-    error = None
+    error, load = None, os.getloadavg()[0]
     with client.setup_kernel():
         pid = client.km.provisioner.process.pid
         start = time.perf_counter()
@@ -122,7 +142,7 @@ def execute(path: Path, timeout: float | None = None) -> Measurement:
             error = f"{exc.ename}: {exc.evalue}" if getattr(exc, "ename", None) else type(exc).__name__
         seconds = time.perf_counter() - start
         peak = peak_rss_bytes(pid)
-    return Measurement(display_name(path), seconds, peak, error)
+    return Measurement(display_name(path), seconds, peak, error, load)
 
 
 def display_name(path: Path) -> str:
@@ -131,12 +151,19 @@ def display_name(path: Path) -> str:
     return path.relative_to(NOTEBOOKS).as_posix() if path.is_relative_to(NOTEBOOKS) else path.name
 
 
+def _row_name(notebook: str) -> str:
+    """The row's first cell: the name in backticks, then ``(first run: empty cache)`` for --cold."""
+    return f"`{notebook.removesuffix(COLD)}`{COLD if notebook.endswith(COLD) else ''}"
+
+
 def markdown_table(rows: list[Measurement], kept: list[str] = ()) -> str:
     """The budget table; ``kept`` are earlier rows (markdown lines) of notebooks not measured now."""
     lines = [
-        f"| `{m.notebook}` | {m.seconds:.1f} s | {m.time_limit:.0f} s | {m.peak_bytes / 2**20:,.0f} MiB | "
+        f"| {_row_name(m.notebook)} | {m.seconds:.1f} s | {m.time_limit:.0f} s | "
+        f"{m.peak_bytes / 2**20:,.0f} MiB | "
         f"{MEMORY_LIMIT_BYTES / 1e9:.0f} GB | {'yes' if not m.problems() else '**no**'} | "
-        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} |"
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())}"
+        f"{'' if m.load is None else f', load {m.load:.1f}'} |"
         for m in rows
     ]
     header = [
@@ -150,7 +177,11 @@ def table_rows(doc: Path) -> dict[str, str]:
     """The rows of the budget table now in ``doc``, by notebook file name."""
     text = doc.read_text() if doc.exists() else ""
     block = text.split(TABLE_START, 1)[-1].split(TABLE_END, 1)[0] if TABLE_START in text else ""
-    return {m.group(1): line for line in block.splitlines() if (m := re.match(r"\| `([^`]+)` \|", line))}
+    rows = {}
+    for line in block.splitlines():
+        if m := re.match(r"\| `([^`]+)`(" + re.escape(COLD) + r")? \|", line):
+            rows[m.group(1) + (m.group(2) or "")] = line
+    return rows
 
 
 def write_table(doc: Path, table: str, note: str) -> None:
@@ -163,14 +194,16 @@ def write_table(doc: Path, table: str, note: str) -> None:
     doc.write_text(f"{head}{TABLE_START}\n{note}\n\n{table}\n{TABLE_END}{tail}")
 
 
-def machine_note() -> str:
+def machine_note(cold: bool = False) -> str:
     import os
     import platform
 
     import psutil
 
     return (
-        "Measured with `python scripts/measure_notebooks.py --write docs/notebooks.md` (last run "
+        f"Measured with `python scripts/measure_notebooks.py{' --cold' if cold else ''} --write "
+        "docs/notebooks.md` "
+        "(last run, of the rows dated then: "
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC) on {platform.machine()} Linux, "
         f"{os.cpu_count()} CPU cores, {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU: Python "
         f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f} at the start (a shared machine: "
@@ -183,15 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="notebooks to run (default: the whole series and its zh-TW twins)")
     parser.add_argument("--write", type=Path, help="markdown file whose budget-table block gets the results")
+    parser.add_argument("--cold", action="store_true",
+                        help="run with an empty PAGED_LAB_CACHE, as a learner's first run (model converted)")
     args = parser.parse_args(argv)
     translations = [p for lang in LANGS[1:] for p in discover(NOTEBOOKS / lang)]  # notebooks/zh-TW/, ...
     paths = [p.resolve() for p in args.notebooks] or discover() + translations
     if not paths:
         print(f"no notebooks found in {NOTEBOOKS}", file=sys.stderr)
         return 1
-    note, rows = machine_note(), []
+    note, rows = machine_note(args.cold), []
     for path in paths:
-        m = execute(path)
+        m = execute(path, cold=args.cold)
         print(f"{m.notebook}: {m.seconds:.1f} s (limit {m.time_limit:.0f} s), "
               f"{m.peak_bytes / 2**20:,.0f} MiB", flush=True)
         rows.append(m)
@@ -200,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = {m.notebook for m in rows}
         kept = [line for name,
                 line in table_rows(args.write).items() if name not in measured
-                and (NOTEBOOKS / name).exists()]
+                and (NOTEBOOKS / name.removesuffix(COLD)).exists()]
         write_table(args.write, markdown_table(rows, kept), note)
     problems = [p for m in rows for p in m.problems()]
     for p in problems:

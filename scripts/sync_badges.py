@@ -135,6 +135,15 @@ def run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:
     return {name: float(seconds) for name, seconds in rows}
 
 
+def first_run_seconds(doc: Path = BUDGET_DOC) -> dict[str, float]:
+    """The same for a learner's first run, with an empty cache (the model converted from its GGUF): the
+    rows ``measure_notebooks.py --cold`` writes."""
+    text = doc.read_text() if doc.exists() else ""
+    cold = r"^\| `(\d\d_\w+\.ipynb)` \(first run: empty cache\) \| ([\d.]+) s \|"
+    rows = re.findall(cold, text, flags=re.M)
+    return {name: float(seconds) for name, seconds in rows}
+
+
 def series_table(entries: list[Entry], link_prefix: str, exercises: bool = False) -> str:
     """A markdown table of the series; ``link_prefix`` is where the notebooks are from the page.
     ``exercises`` adds a column naming the functions each notebook's graded exercises ask for."""
@@ -202,11 +211,13 @@ NEEDS = {"01": "what attention is", "02": "01", "03": "02", "04": "03", "05": "0
 
 def paths_markdown(entries: list[Entry]) -> str:
     """Time per notebook, what to know before starting, and two or three paths through the series."""
-    measured = run_seconds()
+    measured, first = run_seconds(), first_run_seconds()
     rows = ["| # | Notebook | Read | Run on a CPU | Needs first |",
             "|---|----------|-----:|-------------:|-------------|"]
     for e in entries:
         run = f"{measured[e.name]:.0f} s" if e.name in measured else "—"
+        if e.name in first:
+            run = f"{first[e.name]:.0f} s the first time (the model is converted), then {run}"
         before = NEEDS.get(e.number, "the notebook before")
         rows.append(f"| {e.number} | [{e.title}]({e.name}) | ~{e.read_min} min | {run} | {before} |")
     minutes = {e.number: e.read_min for e in entries}
@@ -222,7 +233,7 @@ def paths_markdown(entries: list[Entry]) -> str:
         "What a **KV cache** is comes first in 01; everything after builds on it. Read "
         "times count the prose at\n"
         f"{READING_WPM} words a minute (add time for the playgrounds); run times are one "
-        "\"Run All\" on a laptop CPU\n"
+        "\"Run All\" on a 2-core CPU\n"
         "(`make budget`, docs/notebooks.md).\n\n" + "\n".join(rows) + "\n\n**Suggested paths**\n\n" + paths
     )
 

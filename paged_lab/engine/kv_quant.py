@@ -111,15 +111,17 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
 def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_tokens: int = 32,
                             dtype: Any = "float32", tokenizer: Any = None, block_size: int = 16,
                             attention_backend: str = "torch", chat: bool = True,
-                            cpu_prepack: bool | None = None) -> KVDtypeReport:
+                            cpu_prepack: bool | None = None, progress: bool = True) -> KVDtypeReport:
     """Run ``prompts`` (default: :data:`DEFAULT_PROMPTS`) greedily through an fp8-cache engine and a
     model-dtype one and compare them (see the module docstring). ``model``: a name for
     ``models.load_model`` or a loaded transformers model (then pass ``tokenizer``); ``chat``: send each
     prompt inside the tokenizer's chat template, as notebook 07 does; ``cpu_prepack``: the engines' (``LLM``;
     False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). About 20 s for the
-    default set on a laptop CPU (SmolLM2-135M, fp32)."""
+    default set on a laptop CPU (SmolLM2-135M, fp32), shown by a progress bar (``progress=False``: none)."""
+    from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
-    hf_model, tokenizer, name = _load(model, tokenizer, dtype)
+    hf_model, tokenizer, name = _load(model, tokenizer, dtype, progress)
     prompts = tuple(DEFAULT_PROMPTS if prompts is None else prompts)
     if not prompts or any(not isinstance(p, str) or not p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty strings")
@@ -131,19 +133,27 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
                          cpu_prepack=cpu_prepack)
                for kind in ("auto", "fp8")}
     greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)  # equal lengths
-    outs = {kind: llm.generate(texts, greedy, use_tqdm=False) for kind, llm in engines.items()}
-    ref = [list(o.outputs[0].token_ids) for o in outs["auto"]]
-    fp8 = [list(o.outputs[0].token_ids) for o in outs["fp8"]]
-    per_prompt, max_k, max_v = [], None, None
-    for out, ref_ids in zip(outs["auto"], ref):
-        ref_logits, ref_kv = teacher_forced_logits(engines["auto"], out.prompt_token_ids, ref_ids)
-        fp8_logits, _ = teacher_forced_logits(engines["fp8"], out.prompt_token_ids, ref_ids)
-        err = (fp8_logits - ref_logits).abs()  # [max_tokens, vocab]
-        agree = (fp8_logits.argmax(-1) == torch.tensor(ref_ids)).float().mean().item()
-        per_prompt.append((err.max().item(), err.mean().item(), agree))
-        k, v = _max_abs_per_layer(ref_kv)
-        max_k = k if max_k is None else torch.maximum(max_k, k)
-        max_v = v if max_v is None else torch.maximum(max_v, v)
+    label = f"fp8 vs {engines['auto'].cache_dtype} cache"
+    with tqdm(total=2 + len(texts), desc=label, disable=not progress) as bar:
+        outs = {}
+        for kind, llm in engines.items():  # one step of the bar per engine, then one per prompt
+            bar.set_postfix_str(f"generating, {kind} cache")
+            outs[kind] = llm.generate(texts, greedy, use_tqdm=False)
+            bar.update(1)
+        ref = [list(o.outputs[0].token_ids) for o in outs["auto"]]
+        fp8 = [list(o.outputs[0].token_ids) for o in outs["fp8"]]
+        bar.set_postfix_str("teacher-forced logits")
+        per_prompt, max_k, max_v = [], None, None
+        for out, ref_ids in zip(outs["auto"], ref):
+            ref_logits, ref_kv = teacher_forced_logits(engines["auto"], out.prompt_token_ids, ref_ids)
+            fp8_logits, _ = teacher_forced_logits(engines["fp8"], out.prompt_token_ids, ref_ids)
+            err = (fp8_logits - ref_logits).abs()  # [max_tokens, vocab]
+            agree = (fp8_logits.argmax(-1) == torch.tensor(ref_ids)).float().mean().item()
+            per_prompt.append((err.max().item(), err.mean().item(), agree))
+            k, v = _max_abs_per_layer(ref_kv)
+            max_k = k if max_k is None else torch.maximum(max_k, k)
+            max_v = v if max_v is None else torch.maximum(max_v, v)
+            bar.update(1)
     cache = engines["auto"].cache_dtype
     return KVDtypeReport(
         model=name, dtype=cache, max_tokens=max_tokens, prompts=prompts,
@@ -193,11 +203,11 @@ def _chat(tokenizer, question: str) -> str:
                                          add_generation_prompt=True)
 
 
-def _load(model, tokenizer, dtype):
+def _load(model, tokenizer, dtype, progress: bool = False):
     if isinstance(model, str):
         from paged_lab.models import load_model
 
-        hf_model, tok, _ = load_model(model, dtype=dtype, progress=False)
+        hf_model, tok, _ = load_model(model, dtype=dtype, progress=progress)
         return hf_model, tokenizer or tok, model
     if tokenizer is None:
         raise ValueError("tokenizer is required when model is an already loaded transformers model")

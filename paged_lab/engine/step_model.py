@@ -97,14 +97,17 @@ def predict_step_seconds(cost: StepCost, probe: MachineProbe) -> float:
 
 
 def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), context_lens=(16, 128),
-                         max_tokens: int = 6, rounds: int = 3) -> list[dict]:
+                         max_tokens: int = 6, rounds: int = 3, progress: bool = True) -> list[dict]:
     """Run ``llm`` on synthetic prompts for each (batch size, context length) and read its own step
     timeline: the median of its pure decode steps, beside the roofline's prediction for them.
 
     Each shape runs ``rounds`` times, the shapes taking turns (1, 4, 16, 1, 4, 16, ...). Why: when
     other work shares the machine for a few seconds, it then slows a step of every shape alike, and
-    the comparison between shapes (is 8 sequences far from 8x one?) still holds."""
+    the comparison between shapes (is 8 sequences far from 8x one?) still holds. A progress bar counts
+    the runs (``progress=False``: none)."""
     from statistics import median
+
+    from tqdm.auto import tqdm
 
     from paged_lab.engine.params import SamplingParams
 
@@ -112,15 +115,19 @@ def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), conte
                         ignore_eos=True)
     shapes = [(ctx, bs) for ctx in context_lens for bs in batch_sizes]
     decodes: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
-    for _ in range(check_int("rounds", rounds, minimum=1)):
-        for ctx, bs in shapes:
-            start = len(llm.timeline)
-            # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
-            llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]}
-                          for i in range(bs)],
-                         sp, use_tqdm=False)
-            decodes[ctx, bs] += [t for t in llm.timeline[start:]
-                                 if t["num_prefill"] == 0 and t["num_decode"] == bs]
+    rounds = check_int("rounds", rounds, minimum=1)
+    with tqdm(total=rounds * len(shapes), desc="decode steps", unit="run", disable=not progress) as bar:
+        for _ in range(rounds):
+            for ctx, bs in shapes:
+                bar.set_postfix_str(f"{bs} seqs x {ctx} tokens")
+                start = len(llm.timeline)
+                # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
+                llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]}
+                              for i in range(bs)],
+                             sp, use_tqdm=False)
+                decodes[ctx, bs] += [t for t in llm.timeline[start:]
+                                     if t["num_prefill"] == 0 and t["num_decode"] == bs]
+                bar.update(1)
     rows = []
     for ctx, bs in shapes:
         steps = decodes[ctx, bs]

@@ -15,6 +15,7 @@ so all three runs produce the same number of useful tokens and tokens/s compare 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import statistics
@@ -95,7 +96,8 @@ def _useful(workload) -> int:
     return sum(r.max_tokens for r in workload)
 
 
-def run_paged_lab(llm, workload) -> RunResult:
+def run_paged_lab(llm, workload, use_tqdm=False) -> RunResult:
+    """``use_tqdm``: generate()'s (a callable makes its progress bar)."""
     from paged_lab.engine import SamplingParams
 
     params = [SamplingParams(temperature=0, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
@@ -104,7 +106,8 @@ def run_paged_lab(llm, workload) -> RunResult:
     llm.reset_prefix_cache()
     first = len(llm.timeline)
     t = time.perf_counter()
-    outs = llm.generate([{"prompt_token_ids": r.prompt_token_ids} for r in workload], params, use_tqdm=False)
+    outs = llm.generate([{"prompt_token_ids": r.prompt_token_ids} for r in workload], params,
+                        use_tqdm=use_tqdm)
     seconds = time.perf_counter() - t
     made = sum(len(o.outputs[0].token_ids) for o in outs)
     assert made == _useful(workload), f"paged_lab produced {made} tokens, expected {_useful(workload)}"
@@ -115,14 +118,17 @@ def run_paged_lab(llm, workload) -> RunResult:
     return RunResult("paged_lab", seconds, made, steps, [list(o.outputs[0].token_ids) for o in outs])
 
 
-def run_hf_static(model, tokenizer, workload, batch_size: int) -> RunResult:
-    """Padded batches in arrival order, each run until its longest member has its tokens."""
+def run_hf_static(model, tokenizer, workload, batch_size: int, on_batch=None) -> RunResult:
+    """Padded batches in arrival order, each run until its longest member has its tokens;
+    ``on_batch(i, n)`` is told as batch i of n starts (a progress bar's postfix)."""
     from transformers import GenerationConfig
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     t = time.perf_counter()
     for b in range(0, len(workload), batch_size):
         batch = workload[b:b + batch_size]
+        if on_batch is not None:
+            on_batch(b // batch_size + 1, cdiv(len(workload), batch_size))
         width = max(len(r.prompt_token_ids) for r in batch)
         ids = torch.tensor([[pad] * (width - len(r.prompt_token_ids)) + r.prompt_token_ids for r in batch])
         mask = torch.tensor([[0] * (width - len(r.prompt_token_ids)) + [1] * len(r.prompt_token_ids)
@@ -213,13 +219,9 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
                                          f"(sizes {', '.join(map(str, llm.compiled.capture_sizes))})")
         elif not enforce_eager:
             report.paged_lab_weights += "; every step eager (compiled decode steps are CPU-only)"
-    warm = workload[:2]
-    runners = {
-        "paged_lab": lambda w: run_paged_lab(llm, w),
-        "hf_static": lambda w: run_hf_static(model, tok, w, batch_size),
-        "hf_generate_batch": lambda w: run_hf_generate_batch(model, w, batch_size),
-    }
     with tqdm(total=len(methods) * (repeats + 1), desc="bench", disable=not progress) as bar:
+        runners = _runners(llm, model, tok, batch_size, bar if progress else None)
+        warm = workload[:2]
         for m in methods:  # warm-up: first-touch of weights and caches, kernel selection
             bar.set_postfix_str(f"warm-up {m}")
             runners[m]([BenchRequest(r.prompt_token_ids, 2) for r in warm])
@@ -234,6 +236,20 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     if llm is not None:
         report.paged_lab_attention = attention_summary(llm.stats())
     return report
+
+
+def _runners(llm, model, tok, batch_size: int, bar) -> dict:
+    """``{method: run(workload)}``. With a progress ``bar``, a run of seconds shows its own progress:
+    paged_lab's generate() bar (gone when done), hf_static's batch in ``bar``'s postfix."""
+    from tqdm.auto import tqdm
+
+    generate_bar = bar is not None and functools.partial(tqdm, leave=False)
+    on_batch = None if bar is None else (lambda i, n: bar.set_postfix_str(f"hf_static batch {i}/{n}"))
+    return {
+        "paged_lab": lambda w: run_paged_lab(llm, w, generate_bar),
+        "hf_static": lambda w: run_hf_static(model, tok, w, batch_size, on_batch=on_batch),
+        "hf_generate_batch": lambda w: run_hf_generate_batch(model, w, batch_size),
+    }
 
 
 def attention_summary(stats: dict) -> str:
