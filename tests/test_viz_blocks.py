@@ -338,3 +338,17 @@ def test_a_request_has_one_colour_in_every_figure():
     colour = {fig.layout.title.text: next(t.text[0] for t in fig.data if t.name == "tables")
               for fig in (alone, stepped)}
     assert len(set(colour.values())) == 1 and "#1f77b4" in next(iter(colour.values()))
+
+
+def test_block_table_playground_holds_still_for_every_control_block_size_included():
+    """03's block-size dropdown moved the x range from 26.5 to 19.9: the frame now holds every block
+    size of the dropdown's range, and a long table keeps at most MAX_LOGICAL boxes (the rest is "+k")."""
+    bounds = {"block_size": (1, 16), "num_requests": (1, 12), "seed": (0, 9)}
+    seen = set()
+    for block_size in (1, 2, 4, 8, 16):
+        for n, seed in ((1, 0), (6, 3), (12, 9)):
+            fig = V.block_table_playground(block_size, n, seed, bounds=bounds)
+            seen.add((fig.layout.height, tuple(fig.layout.xaxis.range), tuple(fig.layout.yaxis.range)))
+    assert len(seen) == 1
+    logical = next(t for t in V.block_table_playground(1, 12, 0, bounds=bounds).data if t.name == "logical")
+    assert any(str(t).startswith("+") for t in logical.text) and len(logical.text) <= 12 * V.MAX_LOGICAL

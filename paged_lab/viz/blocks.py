@@ -60,6 +60,9 @@ def _as_state(state: PoolState | BlockManager) -> PoolState:
 
 
 TABLE_CHARS = 40  # a longer block table is shown as its first and last entries (all of it on hover)
+# A sequence's logical blocks past this many are one box "+k" (blocks of 1 token made 30 boxes a row,
+# and every block size of a playground then had to keep room for them)
+MAX_LOGICAL = 10
 
 
 def _shown_table(table: Sequence[int]) -> str:
@@ -95,7 +98,7 @@ class BlockFrame:
     def of(cls, state: PoolState | BlockManager) -> BlockFrame:
         state = _as_state(state)
         return cls(rows=max(1, len(state.tables)),
-                   logical=max([1] + [len(t) for t in state.tables.values()]),
+                   logical=max([1] + [min(len(t), MAX_LOGICAL) for t in state.tables.values()]),
                    table_chars=max([4] + [len(_table_text(s, t)) for s, t in state.tables.items()]),
                    shared=any(r > 1 for r in state.refcounts),
                    cached=any(not state.refcounts[b] for b in state.cached))
@@ -248,6 +251,11 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         n = state.num_tokens[sid]
         for j, b in enumerate(table):
             k = max(0, min(block_size, n - j * block_size))
+            if j == MAX_LOGICAL - 1 and len(table) > MAX_LOGICAL:  # the rest in one box
+                block(j * step, y, 0.0, color[sid], f"+{len(table) - j}",
+                      f"{seq_name(sid)}: logical blocks {j}-{len(table) - 1} -> physical {table[j:]}",
+                      "logical")
+                break
             block(j * step, y, k / block_size, color[sid], f"L{j}",
                   f"{seq_name(sid)}: logical block {j} -> physical {b} ({k}/{block_size} tokens)", "logical")
         text = f"<span style='color:{color[sid]}'>■</span> <b>{seq_name(sid)}</b>: {_shown_table(table)}"
@@ -468,9 +476,10 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
                            bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables.
 
-    ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9)}``)
-    are the sliders' ranges: the figure makes room for the most sequences and the longest table any
-    of their positions gives at this block size, so it holds still while they move."""
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9),
+    "block_size": (1, 16)}``) are the controls' ranges: the figure makes room for the most sequences
+    and the longest table any of their positions gives at any block size in range, so it holds still
+    while they move, the block size dropdown included (its x range went from 26.5 to 19.9)."""
     bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
     tokens = sum(bm.num_tokens(s) for s in bm.seq_ids)
     slots = bm.num_used_blocks * block_size
@@ -478,9 +487,18 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
     title = (f"block_size={block_size}: {len(bm.seq_ids)} running, {tokens} tokens in "
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
-    frame = _playground_frame(block_size, num_blocks, _bound(bounds, "num_requests", num_requests),
-                              _bound(bounds, "seed", seed))
+    frame = frame_of_frames(_playground_frame(size, num_blocks, _bound(bounds, "num_requests", num_requests),
+                                              _bound(bounds, "seed", seed))
+                            for size in _bound(bounds, "block_size", block_size))
     return fig_block_tables(bm, block_size, title=title, cols=8, frame=frame)
+
+
+def frame_of_frames(frames: Iterable[BlockFrame]) -> BlockFrame:
+    """The frame that holds every one of ``frames``."""
+    out = BlockFrame()
+    for f in frames:
+        out = out | f
+    return out
 
 
 def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6,
