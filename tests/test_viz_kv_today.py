@@ -82,7 +82,9 @@ def test_the_playground_figure_ends_at_the_request_it_describes():
     spec = kv_math.get_spec("gpt-oss-20b")
     last_full = kv_math.cdiv(4096, 16) * spec.num_layers
     assert fig.data[1].y[-1] == last_full and fig.data[0].y[-1] < last_full
-    assert len(fig_kv_today("llama-3.1-8b", "fp8", 4096, 128, 80).data) == 1   # no sliding layers
+    plain = fig_kv_today("llama-3.1-8b", "fp8", 4096, 128, 80)  # no sliding layers: the two lines are one
+    assert [t.name for t in plain.data] == ["as built", "every layer full"]  # the legend keeps its size
+    assert list(plain.data[0].y) == list(plain.data[1].y) and plain.data[1].line.dash == "dot"
 
 
 def test_the_playground_figure_holds_still_while_the_controls_move():

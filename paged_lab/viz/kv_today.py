@@ -141,12 +141,14 @@ def fig_kv_today(model: str, cache_dtype: str, context_len: int, sliding_window:
     offsets = (1, (spec.sliding_window - 1) % block_size) if spec.num_sliding_layers else (1,)
     xs = block_points(context_len, block_size, offsets)
     at = [request_kv(spec, n, cache_dtype, block_size) for n in xs]
-    series = {"as built": [r.layer_blocks for r in at]}
-    if spec.num_sliding_layers:
-        series["every layer full"] = [r.layer_blocks_all_full for r in at]
+    # Both lines for every model, so the legend and the plot area keep their size when the model changes
+    # (one line fewer moved the plot by 9 px); without sliding-window layers they are one line.
+    series = {"as built": [r.layer_blocks for r in at],
+              "every layer full": [r.layer_blocks_all_full for r in at]}
     dtype = canonical_dtype(cache_dtype)
     title = f"{spec.name}: the layer blocks one request holds as it grows ({dtype} cache)"
     fig = fig_blocks_held(series, x=xs, title=title, yaxis_title="layer blocks held (all layers)")
+    fig.update_traces(selector=dict(name="every layer full"), line_dash="dot")  # the blue shows under it
     layers = max(as_spec(m).num_layers for m in (kv_math.list_specs() if models is None else models))
     most = layers * cdiv(max_context, block_size)  # every layer full at the longest context
     fig.update_xaxes(type="log", range=[0, math.log10(max_context)])
