@@ -415,7 +415,7 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
         title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
               f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
         yaxis=dict(title="blocks in use (% of those without sharing)", range=[0, 118],
-                   tickvals=[0, 25, 50, 75, 100], ticksuffix="%"),
+                   tickvals=[0, 25, 50, 75, 100], ticktext=["0%", "25%", "50%", "75%", "100%"]),
         height=400, margin=dict(t=90, b=40))
     return fig
 
