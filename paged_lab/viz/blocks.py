@@ -12,10 +12,11 @@ waste in a last, half-empty block is visible. Nothing here mutates state; the ``
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -31,9 +32,7 @@ SHARED_FILL = "#525252"  # a block several tables list has its own look, not its
 GAP = 0.25  # space between boxes, in box widths
 STRIP = 0.3  # a partly filled block: its fill is a bar this high along the box's bottom, its label above
 TINT_OPACITY = 0.15  # the rest of a partly filled box, in its owner's colour
-# A highlighted block (what an event or a step touched) wears a dashed frame just outside its box: no
-# request's colour (request 3 is red) and not the solid black edge of a shared block.
-MARK_LINE = dict(color="#111111", width=2.5, dash="dash")
+MARK_LINE = dict(color="#111111", width=2.5, dash="dash")  # a touched block's frame: no request's colour
 MARK_PAD = 0.08  # the frame's distance from the box, in box widths (the arrows' lanes start below it)
 # The scale the layout is planned for: px per box at a plot this wide (JupyterLab at 1440 px and Colab
 # both give the figure about 900-1000 px), and the px a box gets from the figure's height.
@@ -60,9 +59,7 @@ def _as_state(state: PoolState | BlockManager) -> PoolState:
 
 
 TABLE_CHARS = 40  # a longer block table is shown as its first and last entries (all of it on hover)
-# A sequence's logical blocks past this many are one box "+k" (blocks of 1 token made 30 boxes a row,
-# and every block size of a playground then had to keep room for them)
-MAX_LOGICAL = 10
+MAX_LOGICAL = 10  # logical blocks past this many are one box "+k" (blocks of 1 token made 30 a row)
 
 
 def _shown_table(table: Sequence[int]) -> str:
@@ -220,9 +217,8 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
     free_rank = {b: i for i, b in enumerate(state.free_queue)}
     logical = {}  # physical block -> "A L0", every table entry that points at it (the hover says)
-    for sid in seqs:
-        for j, b in enumerate(state.tables[sid]):
-            logical.setdefault(b, []).append(f"{seq_name(sid)} L{j}")
+    for sid, j, b in ((s, j, b) for s in seqs for j, b in enumerate(state.tables[s])):
+        logical.setdefault(b, []).append(f"{seq_name(sid)} L{j}")
     for b in range(state.num_blocks):
         x, y = pool_xy(b)
         rc = state.refcounts[b]
@@ -241,8 +237,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
                   "pool", edge="#bbbbbb", width=1)
         if b in highlight:
             shapes.append(dict(type="rect", x0=x - MARK_PAD, x1=x + 1 + MARK_PAD, y0=y - MARK_PAD,
-                               y1=y + 1 + MARK_PAD, line=MARK_LINE, fillcolor="rgba(0,0,0,0)", layer="above",
-                               name="mark"))
+                               y1=y + 1 + MARK_PAD, line=MARK_LINE, fillcolor="rgba(0,0,0,0)", name="mark"))
 
     # sequences: logical blocks, then the table; arrows run from the table to the pool
     for row, sid in enumerate(seqs):
@@ -264,9 +259,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             column.append(value)
         # about where the text ends
         tail = x_table + TEXT_PX * 12 * (len(_table_text(sid, table)) + 3.5) / scale
-        # Each sequence its own vertical line left of the pool (the lower the row, the nearer the pool)
-        # and its own lane in the gap below a pool row (the higher the row, the nearer that row): one
-        # table's lines never run along another's, and they seldom cross.
+        # each table its own vertical left of the pool and its own lane under a pool row: lines never merge
         share = row / max(1, len(seqs) - 1)
         trunk = x_pool - 1.6 + 1.3 * share
         lane = 0.2 + 0.7 * share  # in the gap's height, below the target row
@@ -395,11 +388,8 @@ def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, u
                        bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """``k`` requests with one system prompt: physical blocks in use without and with prefix caching.
 
-    The ratio is the lesson, so the bars' heights are the share of the blocks without sharing on a
-    linear axis from 0 to 100% (32 blocks against 11 draws as 100% against 34%), each bar labelled
-    with its block count. The axis is the same for every position of every control: the bars move, the
-    figure holds still. ``bounds`` (``viz.widgets.slider_bounds``) is accepted, as the notebook's other
-    playgrounds take it, and not needed."""
+    The ratio is the lesson: each bar is its share of the blocks without sharing on a linear 0-100% axis
+    (32 blocks against 11: 100% against 34%), the same for every control value (``bounds``: unused)."""
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
     names = ["without sharing", "with prefix caching"]
     used = [s["blocks_without_sharing"], s["blocks_with_sharing"]]
@@ -487,18 +477,10 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
     title = (f"block_size={block_size}: {len(bm.seq_ids)} running, {tokens} tokens in "
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
-    frame = frame_of_frames(_playground_frame(size, num_blocks, _bound(bounds, "num_requests", num_requests),
-                                              _bound(bounds, "seed", seed))
-                            for size in _bound(bounds, "block_size", block_size))
+    sizes, reqs, seeds = (_bound(bounds, k, v) for k, v in (("block_size", block_size),
+                                                          ("num_requests", num_requests), ("seed", seed)))
+    frame = reduce(operator.or_, (_playground_frame(size, num_blocks, reqs, seeds) for size in sizes))
     return fig_block_tables(bm, block_size, title=title, cols=8, frame=frame)
-
-
-def frame_of_frames(frames: Iterable[BlockFrame]) -> BlockFrame:
-    """The frame that holds every one of ``frames``."""
-    out = BlockFrame()
-    for f in frames:
-        out = out | f
-    return out
 
 
 def block_table_readout(fig: go.Figure | None = None, block_size: int = 4, num_requests: int = 6,
