@@ -14,9 +14,12 @@ def colab_url(notebook: str) -> str:
     return f"https://colab.research.google.com/github/{REPO_SLUG}/blob/{BRANCH}/notebooks/{notebook}"
 
 
-def badges_markdown(notebook: str) -> str:
-    """The Binder and Colab badge line that opens every notebook (tests check it)."""
-    return (
-        f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder_url(notebook)}) "
-        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(notebook)})"
-    )
+LEAD = "Run it online:"  # the words before the links (the zh-TW twins pass their own)
+
+
+def badges_markdown(notebook: str, lead: str = LEAD) -> str:
+    """The line that opens ``notebook`` on Binder and on Colab (tests check it): plain text links, not
+    badge images, so that a learner who runs the notebook offline reads two links instead of two
+    broken images."""
+    space = "" if lead.endswith("：") else " "  # a full-width colon takes no space after it
+    return f"{lead}{space}[Binder]({binder_url(notebook)}) · [Colab]({colab_url(notebook)})"

@@ -157,7 +157,7 @@ def playground_fallback(view: dict, state: dict) -> str | None:
     if figure is None:
         return None
     note = "Static picture at " + (", ".join(controls) or "the default settings")
-    note += ". Open the notebook (Binder or Colab badge above) to move the controls."
+    note += ". Open the notebook (the Binder or Colab link above) to move the controls."
     return (
         '<div class="paged-lab-static">'
         f'<p style="font-style:italic;color:#555">{note}</p>'

@@ -170,9 +170,12 @@ def zh_name(english_name: str) -> str:
     return f"{LANG}/{english_name}"
 
 
+ONLINE_LEAD = "線上執行："  # _project.LEAD in zh-TW
+
+
 def zh_badges(english_name: str) -> str:
     """The Binder/Colab badge line of the zh-TW twin of ``english_name``."""
-    line = _project.badges_markdown(english_name)
+    line = _project.badges_markdown(english_name, lead=ONLINE_LEAD)
     line = line.replace("notebooks%2F", f"notebooks%2F{LANG}%2F")  # Binder's labpath
     return line.replace("/notebooks/", f"/notebooks/{LANG}/")  # Colab's path
 
@@ -227,7 +230,7 @@ def series_table(rows: list[tuple[Path, dict | None]]) -> str:
             continue
         title, goals = describe_zh(zh_nb, name)
         cell = "<br>".join(f"• {g.replace('|', '/')}" for g in goals) or "—"
-        badges = zh_badges(name).replace("Open In Colab", "Colab")
+        badges = zh_badges(name).removeprefix(ONLINE_LEAD).strip()
         out.append(f"| {entry.number} | [{title}]({name}) | {cell} | {cpu} | {gpu} | {badges} |")
     return "\n".join(out)
 

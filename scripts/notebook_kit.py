@@ -29,7 +29,8 @@ from paged_lab import _project  # noqa: E402
 from paged_lab.kv_math import cdiv  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
-BADGE_HINTS = ("mybinder.org/badge_logo.svg", "colab-badge.svg")
+# the Binder/Colab line: text links today, badge images (an older line, rewritten) before
+BADGE_HINTS = ("mybinder.org/", "colab.research.google.com/")
 READING_WPM = 200  # words per minute for technical prose
 
 
@@ -102,5 +103,4 @@ def describe_nb(nb: nbformat.NotebookNode, name: str) -> Entry:
 
 def badges_for(entry: Entry) -> str:
     binder, colab = _project.binder_url(entry.name), _project.colab_url(entry.name)
-    return (f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder}) "
-            f"[![Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab})")
+    return f"[Binder]({binder}) · [Colab]({colab})"  # text links: they read offline too

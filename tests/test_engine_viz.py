@@ -37,10 +37,10 @@ def test_pool_figure_replays_up_to_the_step_and_says_what_ran(log):
     timeline = [dict(num_prefill=1, num_decode=0, num_batched_tokens=3, num_waiting=1, num_preempted=0),
                 dict(num_prefill=1, num_decode=1, num_batched_tokens=3, num_waiting=0, num_preempted=1)]
     fig = fig_engine_pool(log.events, 8, 2, step=1, timeline=timeline)
-    assert "2 sequences hold 3 of 8 blocks" in fig.layout.title.text
-    assert "1 prefill + 1 decode" in fig.layout.title.text and "1 preempted" in fig.layout.title.text
-    red = [s for s in fig.layout.shapes if s.line.color == "red"]
-    assert len(red) == 2  # step 1 touched b's block and the block a appended into
+    # one short line (what ran is the readout's): it broke as "…3 tokens, 3 / waiting"
+    assert fig.layout.title.text == "after step 1: 2 sequences hold 3 of 8 blocks, 0 waiting"
+    marks = [s for s in fig.layout.shapes if s.name == "mark"]
+    assert len(marks) == 2  # step 1 touched b's block and the block a appended into
     assert "1 sequences hold 1 of 8" in fig_engine_pool(log.events, 8, 2, step=2).layout.title.text  # a freed
     with pytest.raises(ValueError, match="step"):
         fig_engine_pool(log.events, 8, 2, step=-1)
@@ -77,21 +77,47 @@ def test_step_readout_says_what_changed_hands(log):
                 dict(num_prefill=0, num_decode=1, num_running=1, num_waiting=0, num_preempted=1,
                      kv_usage=0.12)]
     one = engine_step_readout(log.events, timeline, 1, block_size=2)
-    assert one.startswith("step 1 ran 1 prefill + 1 decode; admitted b (1 block for its 2-token prompt)")
-    assert "new block" not in one  # a's 4th token still fitted in its last block
-    assert one.endswith("2 running, 0 waiting, 44% of the slots hold tokens")
+    assert one == ["step 1 ran 1 prefill + 1 decode → 2 running, 0 waiting, 44% of the slots hold tokens",
+                   "admitted: b (2 tokens → 1 block)",
+                   "a new block, the last one being full: nobody",  # a's 4th token fitted its last block
+                   "finished, blocks back to the pool: nobody"]
     two = engine_step_readout(log.events, timeline, 2, block_size=2)
-    assert "blocks back to the pool: a (2 blocks)" in two and "1 preempted" in two
+    assert two[3] == ("finished, blocks back to the pool: a (2 blocks); 1 preempted: the pool had no free "
+                      "block")
     # 4 tokens in blocks of 3: a second block
     grown = engine_step_readout(log.events, timeline, 1, block_size=3)
-    assert "a new block for a" in grown
+    assert grown[2] == "a new block, the last one being full: a"
     with pytest.raises(ValueError, match="step"):
         engine_step_readout(log.events, timeline, 3, block_size=2)
 
 
-def test_pool_figure_has_a_legend_entry_for_the_red_outline(log):
+def test_pool_figure_has_a_legend_entry_for_the_dashed_frame(log):
     fig = fig_engine_pool(log.events, 8, 2, step=1)
-    assert any(t.name == "red: touched in this step" and t.marker.color == "red" for t in fig.data)
+    assert any(t.name == "dashed frame: touched in this step" and t.line.dash == "dash" for t in fig.data)
+
+
+def test_the_step_readout_keeps_its_height_on_a_real_run():
+    """07's readout was one line that wrapped on some steps (the box grew from 521 to 549 px and the
+    figure jumped while dragging). Now every step gives four lines, each short enough for one line of a
+    900 px output area, on a run like the notebook's: six requests, three at a time, blocks of 4."""
+    from paged_lab.sched import Scheduler, Sequence
+
+    bm = BlockManager(num_blocks=48, block_size=4)
+    sched = Scheduler(bm, max_num_seqs=3)
+    for i, n in enumerate((6, 14, 8, 10, 6, 12)):
+        sched.add_request(Sequence(i, [1] * 8, max_tokens=n))
+    timeline = []
+    while sched.has_unfinished():
+        out = sched.schedule()  # (it sets bm.clock to the step: the events carry it)
+        sched.update(out, [5] * len(out.sampling))
+        timeline.append(dict(num_prefill=1, num_decode=1, num_running=len(sched.running),
+                             num_waiting=len(sched.waiting), num_preempted=0, kv_usage=bm.usage))
+    lines = [engine_step_readout(bm.events, timeline, s, block_size=4) for s in range(len(timeline))]
+    assert {len(x) for x in lines} == {4}
+    longest = max((line for x in lines for line in x), key=len)
+    assert len(longest) <= 110, longest
+    assert any(x[1].endswith("; request 2 (8 tokens → 2 blocks)") for x in lines)
+    assert any(x[3].endswith(")") for x in lines)
 
 
 def test_pool_figure_holds_still_and_names_the_requests():
@@ -114,7 +140,7 @@ def test_pool_figure_holds_still_and_names_the_requests():
     assert any("<b>request 4</b>" in t for t in tables)
     timeline = [dict(num_prefill=1, num_decode=0, num_running=1, num_waiting=0, num_preempted=0,
                      kv_usage=0.2)] * 4
-    assert "a new block for request 4" in engine_step_readout(bm.events, timeline, 2, block_size=2)
+    assert engine_step_readout(bm.events, timeline, 2, block_size=2)[2].endswith(": request 4")
 
 
 def test_throughput_bars_take_human_labels_and_keep_paged_lab_blue():

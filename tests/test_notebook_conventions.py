@@ -162,6 +162,17 @@ def test_reading_time_counts_markdown_words():
     assert kit.reading_minutes(nb) == 5
 
 
+def test_the_badge_line_is_text_links_that_read_offline():
+    """No badge images: offline they drew as broken images; two text links read and work anywhere."""
+    line = _project.badges_markdown("03_block_tables.ipynb")
+    assert "![" not in line and ".svg" not in line
+    assert f"[Binder]({_project.binder_url('03_block_tables.ipynb')})" in line
+    assert f"[Colab]({_project.colab_url('03_block_tables.ipynb')})" in line
+    for path in NOTEBOOKS:
+        first = "".join(nbformat.read(path, as_version=4).cells[0].source)
+        assert "![" not in first, f"{path.name}: an image in the first cell shows broken offline"
+
+
 def test_badge_rewrite_replaces_a_stale_url():
     stale = "# 09 · X\n\ntext\n\n[![Binder](https://mybinder.org/badge_logo.svg)](https://example.org/old)"
     fixed = kit.with_badges(stale, "09_x.ipynb")

@@ -10,6 +10,7 @@ from paged_lab.memory.scenarios import (
     shared_prefix,
 )
 from paged_lab.viz import blocks as V
+from paged_lab.viz.colors import PALETTE
 
 
 def seed_run():
@@ -74,8 +75,9 @@ def test_event_step_replays_the_log():
     assert f"after event {n - 1} (of 0–{n - 1})" in last.layout.title.text  # the printed log's 0-based number
     assert "token #9 into block 3" in last.layout.title.text and bm.events[-1].index == n - 1
     assert table_labels(last) == ("<span style='color:#1f77b4'>■</span> <b>A</b>: [7, 1, 3]",)
-    red = [sh for sh in last.layout.shapes if getattr(sh.line, "color", None) == "red"]
-    assert len(red) == 1  # the block the last event touched
+    marks = [sh for sh in last.layout.shapes if sh.name == "mark"]
+    assert len(marks) == 1 and marks[0].line.dash == "dash"  # the block the last event touched
+    assert not [sh for sh in last.layout.shapes if getattr(sh.line, "color", None) == "red"]
     with pytest.raises(ValueError, match="step"):
         V.fig_event_step(bm.events, 8, 4, n + 1)
     slider = V.event_slider(bm.events, after=n - 1)
@@ -107,16 +109,28 @@ def test_prefix_sharing_numbers_come_from_the_block_manager():
     assert s["prefix_cache_hits"] == 3 * 48 and s["prefix_cache_queries"] == 4 * 60
     bounds = {"k": (1, 64), "system_len": (0, 512)}
     fig = V.fig_prefix_sharing(k=4, system_len=48, block_size=16, user_len=12, bounds=bounds)
-    assert list(fig.data[0].text) == ["16 blocks", "7 blocks"] and list(fig.data[0].y) == [16, 7]
-    assert V.fig_prefix_sharing(k=1, system_len=0, block_size=16, user_len=12).data[0].text == ("1 block",
-        "1 block")
-    # blocks on an axis that stays put while the sliders move: the bars change, the axis does not,
-    # and it holds the most blocks the sliders can ask for (64 x 524 tokens in blocks of 16)
-    other = V.fig_prefix_sharing(k=64, system_len=512, block_size=16, user_len=12, bounds=bounds)
-    assert other.layout.yaxis.range == fig.layout.yaxis.range and other.layout.yaxis.type == "log"
-    assert max(other.data[0].y) == 64 * 33 < 10 ** fig.layout.yaxis.range[1]
-    assert list(other.data[0].y) != list(fig.data[0].y)
+    assert list(fig.data[0].text) == ["16 blocks (100%)", "7 blocks (44%)"]
+    assert list(fig.data[0].y) == [100, 100 * 7 / 16]  # the share of the blocks without sharing
+    assert V.fig_prefix_sharing(k=1, system_len=0, block_size=16, user_len=12).data[0].text == (
+        "1 block (100%)", "1 block (100%)")
     assert "hit rate 60%" in fig.layout.title.text
+
+
+def test_prefix_sharing_bars_are_linear_and_hold_still_for_every_control():
+    """On a log axis 32 blocks against 11 ("66% fewer") looked like a small gap, and the axis moved
+    with the block size (a dropdown). Now: a linear 0-100% axis, the same at every control value."""
+    fig = V.fig_prefix_sharing(k=8, system_len=48, block_size=16)
+    assert fig.layout.yaxis.type in (None, "linear") and fig.layout.yaxis.range == (0, 118)
+    assert fig.data[0].y[1] == pytest.approx(100 * 11 / 32)  # the bar is a third of the other one
+    seen = set()
+    for k in (1, 8, 64):
+        for system_len in (0, 48, 512):
+            for block_size in (1, 4, 16, 64):
+                other = V.fig_prefix_sharing(k=k, system_len=system_len, block_size=block_size)
+                assert other.layout.yaxis.range == fig.layout.yaxis.range
+                assert max(other.data[0].y) <= 100 < other.layout.yaxis.range[1]
+                seen.add(tuple(other.data[0].y))
+    assert len(seen) > 10  # the bars do move
 
 
 def test_bigger_blocks_share_less():
@@ -175,9 +189,42 @@ def test_arrows_avoid_the_pool_rows():
     paths = [sh for sh in fig.layout.shapes if sh.type == "path"]
     assert len(paths) == sum(len(bm.block_table(s)) for s in bm.seq_ids)
     for path in paths:  # the last leg runs horizontally in a gap: no block's box spans its height
-        (x1, y1), (x2, y2) = [tuple(map(float, p.split(","))) for p in path.path.split(" L ")[1:]]
+        (x1, y1), (x2, y2) = [tuple(map(float, p.split(","))) for p in path.path.split(" L ")[2:]]
         assert y1 == y2
         assert not any(b.y0 < y1 < b.y1 and b.x0 < max(x1, x2) and b.x1 > min(x1, x2) for b in boxes)
+
+
+def test_each_table_has_lines_of_its_own():
+    """03's lines from the block tables to the pool met in one point left of the pool and ran along
+    nearly the same lane, so they read as one line. Each table now has its own vertical line and its
+    own lane: no two tables share an x or a y of their lines."""
+    bm = BlockManager(num_blocks=8, block_size=4)
+    for sid in ("A", "B", "C", "D"):
+        bm.allocate(sid, [1, 2, 3, 4, 5])
+    fig = V.fig_block_tables(bm, 4, cols=8)
+    trunks, lanes = {}, {}
+    for sh in (s for s in fig.layout.shapes if s.type == "path"):
+        points = [tuple(map(float, p.split(","))) for p in sh.path[2:].split(" L ")]
+        trunks.setdefault(sh.line.color, set()).add(points[2][0])
+        lanes.setdefault(sh.line.color, set()).add(points[2][1])
+    assert len(trunks) == 4 and all(len(x) == 1 for x in trunks.values())  # one vertical per table
+    xs, ys = sorted(min(x) for x in trunks.values()), sorted(min(y) for y in lanes.values())
+    scale = fig.layout.meta["px_per_unit"]
+    assert min(b - a for a, b in zip(xs, xs[1:])) * scale >= 6  # px apart: lines a reader tells apart
+    assert min(b - a for a, b in zip(ys, ys[1:])) * scale >= 3
+
+
+def test_a_touched_block_wears_a_dashed_frame_not_a_request_colour():
+    """07: request 3 is red, and red also outlined the blocks a step touched."""
+    bm = BlockManager(num_blocks=8, block_size=2)
+    bm.allocate(3, [1, 2, 3])
+    fig = V.fig_block_tables(bm, 2, highlight=[0], highlight_name="dashed frame: touched")
+    marks = [sh for sh in fig.layout.shapes if sh.name == "mark"]
+    assert len(marks) == 1 and marks[0].line.dash == "dash" and marks[0].line.color not in PALETTE
+    edges = {sh.line.color for sh in fig.layout.shapes if sh.name == "box"}
+    assert "red" not in edges and PALETTE[3] not in edges
+    legend = next(t for t in fig.data if t.name == "dashed frame: touched")
+    assert legend.mode == "lines" and legend.line.dash == "dash"
 
 
 # ---------------------------------------------------------------- labels no fill covers
@@ -291,3 +338,17 @@ def test_a_request_has_one_colour_in_every_figure():
     colour = {fig.layout.title.text: next(t.text[0] for t in fig.data if t.name == "tables")
               for fig in (alone, stepped)}
     assert len(set(colour.values())) == 1 and "#1f77b4" in next(iter(colour.values()))
+
+
+def test_block_table_playground_holds_still_for_every_control_block_size_included():
+    """03's block-size dropdown moved the x range from 26.5 to 19.9: the frame now holds every block
+    size of the dropdown's range, and a long table keeps at most MAX_LOGICAL boxes (the rest is "+k")."""
+    bounds = {"block_size": (1, 16), "num_requests": (1, 12), "seed": (0, 9)}
+    seen = set()
+    for block_size in (1, 2, 4, 8, 16):
+        for n, seed in ((1, 0), (6, 3), (12, 9)):
+            fig = V.block_table_playground(block_size, n, seed, bounds=bounds)
+            seen.add((fig.layout.height, tuple(fig.layout.xaxis.range), tuple(fig.layout.yaxis.range)))
+    assert len(seen) == 1
+    logical = next(t for t in V.block_table_playground(1, 12, 0, bounds=bounds).data if t.name == "logical")
+    assert any(str(t).startswith("+") for t in logical.text) and len(logical.text) <= 12 * V.MAX_LOGICAL

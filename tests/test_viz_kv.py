@@ -1,4 +1,6 @@
-from paged_lab.kv_math import GB, get_spec, plan_capacity
+import pytest
+
+from paged_lab.kv_math import COMMON_GPU_SIZES_GB, GB, get_spec, plan_capacity
 from paged_lab.viz import fig_kv_by_model, fig_kv_vs_gpu, fig_mha_gqa_mqa
 
 
@@ -15,7 +17,8 @@ def test_kv_by_model_has_one_bar_per_model():
 def test_kv_vs_gpu_stacks_weights_kv_and_free():
     spec = get_spec("llama-3.1-8b")
     fig = fig_kv_vs_gpu(spec, "bfloat16", context_len=4096, num_requests=32, gpu_sizes_gb=(24, 80))
-    weights, kv_fit, kv_over, free, marker, _labels = fig.data
+    weights, weights_over, kv_fit, kv_over, free, marker, _labels = fig.data
+    assert list(weights_over.y) == [0, 0]  # 16 GB of weights fit both cards
     need = spec.kv_bytes(32 * 4096, "bf16") / GB
     for i, size in enumerate((24, 80)):
         budget = plan_capacity(spec, size * GB, 4096).kv_budget_bytes / GB
@@ -31,7 +34,7 @@ def test_kv_vs_gpu_stacks_weights_kv_and_free():
 def test_kv_vs_gpu_changes_with_inputs():
     a = fig_kv_vs_gpu("smollm2-135m", "bfloat16", 2048, 8)
     b = fig_kv_vs_gpu("smollm2-135m", "bfloat16", 4096, 8)
-    assert list(a.data[1].y) != list(b.data[1].y)
+    assert list(a.data[2].y) != list(b.data[2].y)
 
 
 def test_kv_vs_gpu_labels_fits_readably_on_a_fixed_axis():
@@ -42,9 +45,23 @@ def test_kv_vs_gpu_labels_fits_readably_on_a_fixed_axis():
     fits = [plan_capacity(spec, s * GB, 4096).max_seqs for s in (24, 80)]
     assert list(labels.text) == [f"fits {n:,} seqs" for n in fits] and labels.textfont.size >= 12
     # above bar and card
-    assert labels.y[0] > max(24, sum(t.y[0] for t in small.data[:3])) and labels.y[1] > 80
+    assert labels.y[0] > max(24, sum(t.y[0] for t in small.data[:4])) and labels.y[1] > 80
     assert small.layout.yaxis.range == large.layout.yaxis.range == (0, 100)  # the y-axis stays put
     assert "GB" in small.layout.yaxis.title.text
+
+
+def test_weights_larger_than_a_card_are_drawn_whole_past_its_line():
+    """gpt-oss-20b's 42 GB of bf16 weights were cut at a 16 or 24 GB card's size: they looked as if
+    they fitted. The part past the card is its own hatched bar, and the stack reaches 42 GB."""
+    spec = get_spec("gpt-oss-20b")
+    fig = fig_kv_vs_gpu(spec, "bfloat16", context_len=4096, num_requests=32)
+    weights, over = fig.data[0], fig.data[1]
+    assert over.name == "weights that do not fit" and over.marker.pattern.shape == "/"
+    gb = spec.weight_bytes() / GB
+    assert gb > 40
+    for i, size in enumerate(COMMON_GPU_SIZES_GB):
+        assert weights.y[i] + over.y[i] == pytest.approx(gb)  # the whole weights, whatever the card
+        assert weights.y[i] == pytest.approx(min(gb, size)) and (over.y[i] > 0) == (gb > size)
 
 
 def test_token_kv_picture_is_the_formula():

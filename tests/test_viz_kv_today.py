@@ -11,12 +11,12 @@ from paged_lab import kv_math
 from paged_lab.kv_math import GB, ModelSpec
 from paged_lab.viz import i18n
 from paged_lab.viz.kv_today import (
+    block_points,
     fig_blocks_held,
     fig_kv_today,
     kv_today_readout,
     request_kv,
     requests_that_fit,
-    token_points,
     with_sliding_window,
 )
 
@@ -66,14 +66,6 @@ def test_the_sliding_window_changes_only_sliding_layers():
         request_kv(HYBRID, 0)
 
 
-def test_token_points_cover_the_whole_context():
-    assert token_points(5) == [1, 2, 3, 4, 5]
-    pts = token_points(100_000, most=200)
-    assert pts[0] == 1 and pts[-1] == 100_000 and len(pts) <= 201 and pts == sorted(set(pts))
-    with pytest.raises(ValueError, match="context_len"):
-        token_points(0)
-
-
 def test_fig_blocks_held_draws_one_line_per_series():
     fig = fig_blocks_held({"full": [1, 1, 2], "sliding": [1, 1, 1]}, first_token=10)
     assert [t.name for t in fig.data] == ["full", "sliding"]
@@ -90,17 +82,50 @@ def test_the_playground_figure_ends_at_the_request_it_describes():
     spec = kv_math.get_spec("gpt-oss-20b")
     last_full = kv_math.cdiv(4096, 16) * spec.num_layers
     assert fig.data[1].y[-1] == last_full and fig.data[0].y[-1] < last_full
-    assert len(fig_kv_today("llama-3.1-8b", "fp8", 4096, 128, 80).data) == 1   # no sliding layers
+    plain = fig_kv_today("llama-3.1-8b", "fp8", 4096, 128, 80)  # no sliding layers: the two lines are one
+    assert [t.name for t in plain.data] == ["as built", "every layer full"]  # the legend keeps its size
+    assert list(plain.data[0].y) == list(plain.data[1].y) and plain.data[1].line.dash == "dot"
 
 
-def test_the_playground_figure_holds_still_while_the_sliders_move():
-    """The browser test moves each slider and requires the same figure size and axes: they may depend on
-    the model (a dropdown), never on the context or the sliding window."""
+def test_the_playground_figure_holds_still_while_the_controls_move():
+    """The browser test moves every control and requires the same figure size and axes: the model
+    dropdown rescaled the y axis; now no control moves an axis."""
     a = fig_kv_today("gpt-oss-20b", "bfloat16", 4096, 128, 80).layout
     b = fig_kv_today("gpt-oss-20b", "bfloat16", 65536, 1024, 80).layout
     assert (a.xaxis.range, a.yaxis.range, a.title.text) == (b.xaxis.range, b.yaxis.range, b.title.text)
     assert a.xaxis.type == a.yaxis.type == "log"
-    assert 10 ** a.yaxis.range[1] >= 24 * kv_math.cdiv(131072, 16)   # room for every layer full at the end
+    most = max(kv_math.get_spec(m).num_layers for m in kv_math.list_specs())
+    assert 10 ** a.yaxis.range[1] >= most * kv_math.cdiv(131072, 16)   # room for every layer full at the end
+    for model in kv_math.list_specs():
+        for dtype, ctx, window, gpu in (("fp8", 1024, 4096, 16), ("bfloat16", 131072, 128, 141)):
+            other = fig_kv_today(model, dtype, ctx, window, gpu).layout
+            assert (other.xaxis.range, other.yaxis.range) == (a.xaxis.range, a.yaxis.range), model
+    mine = fig_kv_today("llama-3.1-8b", "bfloat16", 4096, 128, 80, models=["llama-3.1-8b", "gpt-oss-20b"])
+    assert 10 ** mine.layout.yaxis.range[1] >= 32 * kv_math.cdiv(131072, 16)
+
+
+def test_the_staircase_is_the_block_sizes_whatever_the_context():
+    """08's first step sat at ~33 tokens with the context at 8,192 and ~210 at 51,200: the curve was
+    sampled evenly over the context. Drawn at block boundaries, its first step is at 17 tokens (the
+    17th opens block 2), its steps are the ones the manager takes, and the context only ends it."""
+    spec = kv_math.get_spec("gpt-oss-20b")
+    figs = {ctx: fig_kv_today("gpt-oss-20b", "bfloat16", ctx, 128, 80) for ctx in (8192, 51200, 131072)}
+    for ctx, fig in figs.items():
+        xs, ys = list(fig.data[0].x), list(fig.data[0].y)
+        assert fig.data[0].line.shape == "hv" and xs[-1] == ctx
+        first_step = next(x for x, y in zip(xs, ys) if y != ys[0])
+        assert first_step == 17 and ys[0] == spec.num_layers
+        short = [(x, y) for x, y in zip(xs, ys) if x <= 4096]
+        assert short == [(x, y) for x, y in zip(figs[8192].data[0].x, figs[8192].data[0].y) if x <= 4096]
+        assert len(xs) < 1500  # a re-draw per slider step stays small
+    xs, ys = list(figs[8192].data[0].x), list(figs[8192].data[0].y)
+    for n in range(1, 1025):  # exact where a step can be seen: the value at every token count
+        held = ys[max(i for i, x in enumerate(xs) if x <= n)]
+        assert held == request_kv("gpt-oss-20b", n, "bfloat16", 16, sliding_window=128).layer_blocks, n
+    assert block_points(40, 16) == [1, 17, 33, 40]
+    assert block_points(40, 16, (1, 15)) == [1, 15, 17, 31, 33, 40]
+    with pytest.raises(ValueError, match="block_size"):
+        block_points(40, 0)
     with pytest.raises(ValueError, match="max_context"):
         fig_kv_today("gpt-oss-20b", "bfloat16", 4096, 128, 80, max_context=2048)
 

@@ -71,6 +71,11 @@ def test_controls_sit_under_their_labels_with_room_to_move():
     assert slider.style.description_width == "0px" and slider.description == "random seed (which requests)"
     assert cells[1].layout.width == "100%"  # a slider meant to span the output keeps doing so
     assert cells[2].layout.width == "auto"  # toggle buttons are as wide as their buttons
+    # 01's "KV cache dtype" appeared twice: the group's own copy of its label is hidden, once
+    assert widgets.TOGGLES_CLASS in toggles._dom_classes and widgets.TOGGLES_CLASS not in slider._dom_classes
+    label = cells[2].children[0].value
+    assert f".{widgets.TOGGLES_CLASS} .widget-label{{display:none}}" in label and label.count(">dtype<") == 1
+    assert "<style>" not in cells[0].children[0].value
 
 
 def test_slider_bounds_reads_every_range():

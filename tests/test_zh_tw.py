@@ -235,7 +235,7 @@ def test_a_figure_is_translated_when_shown_and_its_data_kept(zh):
     fig = fig_kv_vs_gpu("llama-3.1-8b", "bfloat16", 4096, 32)
     shown = i18n.figure(fig)
     assert shown.layout.title.text == "llama-3.1-8b（bfloat16）：32 × 4,096 個 token 需要 17.2 GB 的 KV"
-    assert [tr.name for tr in shown.data][:3] == ["權重", "這些請求的 KV", "放不下的 KV"]
+    assert [tr.name for tr in shown.data][:4] == ["權重", "放不下的權重", "這些請求的 KV", "放不下的 KV"]
     assert [list(tr.y) for tr in shown.data] == [list(tr.y) for tr in fig.data]  # the numbers are untouched
     assert fig.layout.title.text.startswith("llama-3.1-8b (bfloat16): 17.2 GB")  # the original stays English
     assert not i18n.missing()

@@ -12,11 +12,11 @@ waste in a last, half-empty block is visible. Nothing here mutates state; the ``
 
 from __future__ import annotations
 
-import math
+import operator
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -32,6 +32,8 @@ SHARED_FILL = "#525252"  # a block several tables list has its own look, not its
 GAP = 0.25  # space between boxes, in box widths
 STRIP = 0.3  # a partly filled block: its fill is a bar this high along the box's bottom, its label above
 TINT_OPACITY = 0.15  # the rest of a partly filled box, in its owner's colour
+MARK_LINE = dict(color="#111111", width=2.5, dash="dash")  # a touched block's frame: no request's colour
+MARK_PAD = 0.08  # the frame's distance from the box, in box widths (the arrows' lanes start below it)
 # The scale the layout is planned for: px per box at a plot this wide (JupyterLab at 1440 px and Colab
 # both give the figure about 900-1000 px), and the px a box gets from the figure's height.
 REF_PLOT_WIDTH, PX_PER_UNIT = 900, 38
@@ -57,6 +59,7 @@ def _as_state(state: PoolState | BlockManager) -> PoolState:
 
 
 TABLE_CHARS = 40  # a longer block table is shown as its first and last entries (all of it on hover)
+MAX_LOGICAL = 10  # logical blocks past this many are one box "+k" (blocks of 1 token made 30 a row)
 
 
 def _shown_table(table: Sequence[int]) -> str:
@@ -92,7 +95,7 @@ class BlockFrame:
     def of(cls, state: PoolState | BlockManager) -> BlockFrame:
         state = _as_state(state)
         return cls(rows=max(1, len(state.tables)),
-                   logical=max([1] + [len(t) for t in state.tables.values()]),
+                   logical=max([1] + [min(len(t), MAX_LOGICAL) for t in state.tables.values()]),
                    table_chars=max([4] + [len(_table_text(s, t)) for s, t in state.tables.items()]),
                    shared=any(r > 1 for r in state.refcounts),
                    cached=any(not state.refcounts[b] for b in state.cached))
@@ -135,7 +138,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
 
     A request's colour follows from its id (``viz.colors``), the same in every figure. ``order``
     lists the sequences top to bottom (default: the order of ``state.tables``). ``highlight``
-    outlines physical blocks in red, with a legend entry ``highlight_name`` when given. ``frame``
+    frames physical blocks with a dashed line, with a legend entry ``highlight_name`` when given. ``frame``
     (``BlockFrame``) is the room the figure keeps: every figure drawn in one frame has the same size
     and axes, so a slider that steps through a log moves the blocks, not the picture.
 
@@ -145,8 +148,9 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
     of its slots that hold tokens, so no fill is ever drawn under a label. In the pool a white box is
     free, a grey one is free but still holds cached content, and a dark grey box with a thick black
     edge is shared by more than one table (``2 ×3``: block 2, three tables). Arrows from each table to
-    its blocks (for up to ``max_arrows_seqs`` sequences) run left of the pool and then along the gap
-    under the target's row, so they never cross another block.
+    its blocks (for up to ``max_arrows_seqs`` sequences) run right from the table to a vertical line of
+    the sequence's own left of the pool, then along a lane of its own in the gap under the target's row,
+    so they never cross another block and no two tables' lines merge.
     """
     state = _as_state(state)
     if block_size < 1:
@@ -212,24 +216,28 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         return x_pool + (b % cols) * step, 1.2 - (b // cols) * row_step
 
     free_rank = {b: i for i, b in enumerate(state.free_queue)}
+    logical = {}  # physical block -> "A L0", every table entry that points at it (the hover says)
+    for sid, j, b in ((s, j, b) for s in seqs for j, b in enumerate(state.tables[s])):
+        logical.setdefault(b, []).append(f"{seq_name(sid)} L{j}")
     for b in range(state.num_blocks):
         x, y = pool_xy(b)
         rc = state.refcounts[b]
-        red = b in highlight
         if rc:
             shared = rc > 1
             block(x, y, fill[b] / block_size, SHARED_FILL if shared else color.get(owners[b][0], PALETTE[-1]),
                   f"<b>{b}</b>" + (f" ×{rc}" if shared else ""),
                   f"block {b}: {fill[b]}/{block_size} slots, refcount {rc}, held by "
-                  + ", ".join(seq_name(o) for o in owners[b]), "pool",
-                  edge="red" if red else (SHARED_EDGE if shared else "#999999"),
-                  width=3 if shared or red else 1)
+                  + ", ".join(logical.get(b) or [seq_name(o) for o in owners[b]]), "pool",
+                  edge=SHARED_EDGE if shared else "#999999", width=3 if shared else 1)
         else:
             cached = b in state.cached
             block(x, y, 1.0 if cached else 0.0, CACHED, str(b),
                   f"block {b}: free ({'cached content, ' if cached else ''}#{free_rank.get(b, 0) + 1} in the "
                   "free queue)",
-                  "pool", edge="red" if red else "#bbbbbb", width=3 if red else 1)
+                  "pool", edge="#bbbbbb", width=1)
+        if b in highlight:
+            shapes.append(dict(type="rect", x0=x - MARK_PAD, x1=x + 1 + MARK_PAD, y0=y - MARK_PAD,
+                               y1=y + 1 + MARK_PAD, line=MARK_LINE, fillcolor="rgba(0,0,0,0)", name="mark"))
 
     # sequences: logical blocks, then the table; arrows run from the table to the pool
     for row, sid in enumerate(seqs):
@@ -238,6 +246,11 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
         n = state.num_tokens[sid]
         for j, b in enumerate(table):
             k = max(0, min(block_size, n - j * block_size))
+            if j == MAX_LOGICAL - 1 and len(table) > MAX_LOGICAL:  # the rest in one box
+                block(j * step, y, 0.0, color[sid], f"+{len(table) - j}",
+                      f"{seq_name(sid)}: logical blocks {j}-{len(table) - 1} -> physical {table[j:]}",
+                      "logical")
+                break
             block(j * step, y, k / block_size, color[sid], f"L{j}",
                   f"{seq_name(sid)}: logical block {j} -> physical {b} ({k}/{block_size} tokens)", "logical")
         text = f"<span style='color:{color[sid]}'>■</span> <b>{seq_name(sid)}</b>: {_shown_table(table)}"
@@ -246,13 +259,17 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
             column.append(value)
         # about where the text ends
         tail = x_table + TEXT_PX * 12 * (len(_table_text(sid, table)) + 3.5) / scale
-        lane = 0.15 + 0.3 * (row % 4) / 3  # each sequence its own lane in the gap, below the target row
+        # each table its own vertical left of the pool and its own lane under a pool row: lines never merge
+        share = row / max(1, len(seqs) - 1)
+        trunk = x_pool - 1.6 + 1.3 * share
+        lane = 0.2 + 0.7 * share  # in the gap's height, below the target row
         for b in table if len(seqs) <= max_arrows_seqs else ():
             px, py = pool_xy(b)
-            gy = py - (row_step - 1) * lane
+            gy = py - MARK_PAD - (row_step - 1 - MARK_PAD) * lane
             shapes.append(dict(type="path",
-                               path=f"M {tail},{y + 0.5} L {x_pool - 0.3},{gy} L {px + 0.5},{gy}",
-                               line=dict(color=color[sid], width=1.2), opacity=0.55, layer="above",
+                               path=(f"M {tail},{y + 0.5} L {trunk},{y + 0.5} L {trunk},{gy} "
+                                     f"L {px + 0.5},{gy}"),
+                               line=dict(color=color[sid], width=1.2), opacity=0.7, layer="above",
                                name="arrow"))
             arrows.append(dict(x=px + 0.5, y=py, ax=px + 0.5, ay=gy, xref="x", yref="y", axref="x",
                                ayref="y", showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1.2,
@@ -277,8 +294,7 @@ def fig_block_tables(state: PoolState | BlockManager, block_size: int, title: st
                                  marker=dict(symbol="square", size=12, color=fillcolor,
                                              line=dict(color=edge, width=1))))
     if highlight_name:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=highlight_name,
-                                 marker=dict(symbol="square-open", size=12, color="red", line=dict(width=3))))
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=highlight_name, line=MARK_LINE))
     heads = [dict(x=frame.logical * step / 2 - GAP / 2, y=1.6, text="logical blocks", showarrow=False),
              dict(x=x_table, y=1.6, text="block table", showarrow=False, xanchor="left"),
              dict(x=x_pool + cols * step / 2, y=2.8, text=f"physical pool ({state.num_blocks} blocks)",
@@ -314,7 +330,7 @@ def fig_event_step(events: Sequence[Event], num_blocks: int, block_size: int, st
              else f"before event 0 (of 0–{last}): the empty pool")
     return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
                             highlight=ev.block_ids if ev else (), frame=frame_of_log(events, num_blocks),
-                            highlight_name="red: the blocks this event touched")
+                            highlight_name="dashed frame: the blocks this event touched")
 
 
 def event_slider(events: Sequence[Event], after: int | None = None):
@@ -368,41 +384,28 @@ def _blocks(n: int) -> str:
     return f"{n:,} block" + ("" if n == 1 else "s")
 
 
-def _blocks_axis_top(bounds: Mapping[str, tuple[int, int]] | None, k: int, system_len: int, block_size: int,
-                     user_len: int) -> int:
-    """The most blocks without sharing any position of the ``k`` and ``system_len`` sliders gives
-    (their ``bounds``), at this block size."""
-    b = bounds or {}
-    k_hi, sys_hi = b.get("k", (k, k))[1], b.get("system_len", (system_len, system_len))[1]
-    return max(1, int(max(k, k_hi)) * -(-(int(max(system_len, sys_hi)) + user_len) // block_size))
-
-
 def fig_prefix_sharing(k: int = 8, system_len: int = 48, block_size: int = 16, user_len: int = 12,
                        bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """``k`` requests with one system prompt: physical blocks in use without and with prefix caching.
 
-    The bars are block counts on a log axis (labelled 1, 10, 100, ...: equal steps are equal ratios)
-    that reaches the most blocks the ``k`` and ``system_len`` sliders' ``bounds`` can give at this
-    block size (``viz.widgets.slider_bounds``; without bounds, these values): the axis stays put while
-    those sliders move, and every step of theirs moves the bars."""
+    The ratio is the lesson: each bar is its share of the blocks without sharing on a linear 0-100% axis
+    (32 blocks against 11: 100% against 34%), the same for every control value (``bounds``: unused)."""
     s = prefix_sharing_summary(k, system_len, user_len, block_size)
     names = ["without sharing", "with prefix caching"]
     used = [s["blocks_without_sharing"], s["blocks_with_sharing"]]
-    # room for the label
-    top = math.log10(1.4 * _blocks_axis_top(bounds, k, system_len, block_size, user_len))
-    decades = math.floor(top)
-    fig = go.Figure(go.Bar(x=names, y=used, marker_color=["#7f7f7f", "#2ca02c"],
-                           text=[_blocks(u) for u in used], textposition="outside", cliponaxis=False,
-                           hovertext=[f"{_blocks(u)}, {u / used[0]:.0%} of the blocks without sharing"
-                                      for u in used],
+    share = [100 * u / used[0] for u in used]
+    fig = go.Figure(go.Bar(x=names, y=share, marker_color=["#7f7f7f", "#2ca02c"],
+                           text=[f"{_blocks(u)} ({p:.0f}%)" for u, p in zip(used, share)],
+                           textposition="outside", cliponaxis=False,
+                           hovertext=[f"{_blocks(u)}, {p:.0f}% of the blocks without sharing"
+                                      for u, p in zip(used, share)],
                            hoverinfo="text"))
     saved = 1 - used[1] / used[0]
     fig.update_layout(
         title=f"{k} requests x ({system_len} shared + {user_len} own tokens), block_size={block_size}<br>"
               f"{saved:.0%} fewer blocks, hit rate {s['hit_rate']:.0%}",  # two lines: fits a 700 px widget
-        yaxis=dict(title="physical blocks in use (log scale)", type="log", range=[-0.3, top],
-                   tickvals=[10**d for d in range(decades + 1)],
-                   ticktext=[f"{10**d:,}" for d in range(decades + 1)]),
+        yaxis=dict(title="blocks in use (% of those without sharing)", range=[0, 118],
+                   tickvals=[0, 25, 50, 75, 100], ticktext=["0%", "25%", "50%", "75%", "100%"]),
         height=400, margin=dict(t=90, b=40))
     return fig
 
@@ -463,9 +466,10 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
                            bounds: Mapping[str, tuple[int, int]] | None = None) -> go.Figure:
     """Random requests arrive (some finish) in a pool of ``num_blocks``; draw the final block tables.
 
-    ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9)}``)
-    are the sliders' ranges: the figure makes room for the most sequences and the longest table any
-    of their positions gives at this block size, so it holds still while they move."""
+    ``bounds`` (``viz.widgets.slider_bounds(controls)``: ``{"num_requests": (1, 30), "seed": (0, 9),
+    "block_size": (1, 16)}``) are the controls' ranges: the figure makes room for the most sequences
+    and the longest table any of their positions gives at any block size in range, so it holds still
+    while they move, the block size dropdown included (its x range went from 26.5 to 19.9)."""
     bm, turned_away = random_requests(num_requests, block_size, num_blocks=num_blocks, seed=seed)
     tokens = sum(bm.num_tokens(s) for s in bm.seq_ids)
     slots = bm.num_used_blocks * block_size
@@ -473,8 +477,9 @@ def block_table_playground(block_size: int = 4, num_requests: int = 6, seed: int
     title = (f"block_size={block_size}: {len(bm.seq_ids)} running, {tokens} tokens in "
              f"{bm.num_used_blocks} blocks ({waste})"
              + (f", {turned_away} turned away" if turned_away else ""))
-    frame = _playground_frame(block_size, num_blocks, _bound(bounds, "num_requests", num_requests),
-                              _bound(bounds, "seed", seed))
+    sizes, reqs, seeds = (_bound(bounds, k, v) for k, v in (("block_size", block_size),
+                                                          ("num_requests", num_requests), ("seed", seed)))
+    frame = reduce(operator.or_, (_playground_frame(size, num_blocks, reqs, seeds) for size in sizes))
     return fig_block_tables(bm, block_size, title=title, cols=8, frame=frame)
 
 

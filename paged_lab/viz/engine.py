@@ -31,9 +31,11 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
                     timeline: Sequence[Mapping] | None = None, cols: int = 16) -> go.Figure:
     """Block tables and the physical pool at the end of engine step ``step`` (replayed from the log).
 
-    With ``timeline`` (``stats()["timeline"]``) the title also says what the step ran. Every step is
-    drawn in the frame of the whole run (``viz.blocks.frame_of_log``): the figure holds still while a
-    slider steps through it. Requests are named ``request 4``, not ``4``."""
+    The title is one short line (how many sequences hold how many blocks; with ``timeline``,
+    ``stats()["timeline"]``, how many wait): what the step ran is ``engine_step_readout``'s. The blocks
+    the step touched wear a dashed frame, an encoding no request's colour has (request 3 is red). Every
+    step is drawn in the frame of the whole run (``viz.blocks.frame_of_log``): the figure holds still
+    while a slider steps through it. Requests are named ``request 4``, not ``4``."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     upto = events_until_step(events, step)
@@ -41,47 +43,49 @@ def fig_engine_pool(events: Sequence[Event], num_blocks: int, block_size: int, s
     title = f"after step {step}: {len(state.tables)} sequences hold {sum(1 for r in state.refcounts if r)}" \
             f" of {num_blocks} blocks"
     if timeline is not None and step < len(timeline):
-        t = timeline[step]
-        title += (f" | ran {t['num_prefill']} prefill + {t['num_decode']} decode, "
-                  f"{t['num_batched_tokens']} tokens, {t['num_waiting']} waiting")
-        if t["num_preempted"]:
-            title += f", {t['num_preempted']} preempted"
+        title += f", {timeline[step]['num_waiting']} waiting"
     touched = {b for ev in events[:upto] if ev.clock == step for b in ev.block_ids}
     return fig_block_tables(state, block_size, title=title, cols=cols, order=seq_order(events),
                             highlight=touched, max_arrows_seqs=6, frame=frame_of_log(events, num_blocks),
-                            highlight_name="red: touched in this step")
+                            highlight_name="dashed frame: touched in this step")
 
 
 def _blocks(n: int) -> str:
     return f"{n} block" + ("" if n == 1 else "s")
 
 
+def _names(parts: Sequence[str]) -> str:
+    # "; " between them: each part a clause of its own, which viz.i18n translates one by one
+    return "; ".join(parts) if parts else "nobody"
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" + ("" if n == 1 else "s")
+
+
 def engine_step_readout(events: Sequence[Event], timeline: Sequence[Mapping], step: int,
-                        block_size: int) -> str:
-    """What engine step ``step`` changed in the pool, and why, in one line (from the event log):
-    who was admitted, who grew into a new block, who finished and handed blocks back."""
+                        block_size: int) -> list[str]:
+    """What engine step ``step`` changed in the pool, and why, from the event log: always the same four
+    short lines (what ran and the state after it; who was admitted; who grew into a new block; who
+    finished and handed blocks back, and any preemption), so the readout keeps its height while a
+    slider moves and the figure under it stays where it is."""
     if not 0 <= step < len(timeline):
         raise ValueError(f"step must be in [0, {len(timeline) - 1}], got {step}")
     now = [ev for ev in events if ev.clock == step]
-    admitted = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))} for its {ev.num_tokens}-token prompt)"
+    admitted = [f"{seq_name(ev.seq_id)} ({_tokens(ev.num_tokens)} → {_blocks(len(ev.block_ids))})"
                 for ev in now if ev.kind == "allocate"]
     grew = [seq_name(ev.seq_id) for ev in now if ev.kind == "append"
             and ev.num_tokens % block_size == 1 % block_size]
     freed = [f"{seq_name(ev.seq_id)} ({_blocks(len(ev.block_ids))})" for ev in now if ev.kind == "free"]
     t = timeline[step]
-    parts = [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode"]
-    if admitted:
-        parts.append("admitted " + ", ".join(admitted))
-    if grew:
-        parts.append(f"a full last block → a new block for {', '.join(grew)}")
-    if freed:
-        parts.append("finished, blocks back to the pool: " + ", ".join(freed))
+    back = f"finished, blocks back to the pool: {_names(freed)}"
     if t["num_preempted"]:
-        parts.append(f"{t['num_preempted']} preempted: the pool had no free block")
-    if len(parts) == 1:
-        parts.append("every sequence wrote into room its last block still had: no block changed hands")
-    return "; ".join(parts) + f" → {t['num_running']} running, {t['num_waiting']} waiting, " \
-        f"{t['kv_usage']:.0%} of the slots hold tokens"
+        back += f"; {t['num_preempted']} preempted: the pool had no free block"
+    return [f"step {step} ran {t['num_prefill']} prefill + {t['num_decode']} decode → {t['num_running']} "
+            f"running, {t['num_waiting']} waiting, {t['kv_usage']:.0%} of the slots hold tokens",
+            f"admitted: {_names(admitted)}",
+            f"a new block, the last one being full: {_names(grew)}",
+            back]
 
 
 def fig_engine_timeline(timeline: Sequence[Mapping],

@@ -119,22 +119,28 @@ def fig_kv_vs_gpu(
     gpu_sizes_gb: Sequence[int] = COMMON_GPU_SIZES_GB,
 ) -> go.Figure:
     """Per GPU size: the weights, the KV memory that ``num_requests`` x ``context_len`` tokens need,
-    and how much room is left. A red KV bar means it does not fit."""
+    and how much room is left. A red KV bar means it does not fit. Weights larger than a card are drawn
+    whole: the part past the card's line is hatched red ("weights that do not fit"), so 42 GB of weights
+    never look as if they fit a 24 GB card."""
     spec = as_spec(model)
     need = num_requests * spec.kv_bytes(context_len, dtype) / GB  # each request keeps its own window
-    labels, weights, kv_fit, kv_over, free, fits = [], [], [], [], [], []
+    labels, weights, weights_over, kv_fit, kv_over, free, fits = [], [], [], [], [], [], []
     for size in gpu_sizes_gb:
         plan = plan_capacity(spec, size * GB, context_len, dtype)
-        w = min(plan.weight_bytes, plan.gpu_memory_bytes) / GB
+        w = plan.weight_bytes / GB
         budget = plan.kv_budget_bytes / GB
         labels.append(f"{size} GB")
-        weights.append(w)
+        weights.append(min(w, size))
+        weights_over.append(max(0.0, w - size))
         kv_fit.append(min(need, budget))
         kv_over.append(max(0.0, need - budget))
         free.append(max(0.0, budget - need))
         fits.append(plan.max_seqs)
     fig = go.Figure()
     fig.add_bar(x=labels, y=weights, name="weights", marker_color="#7f7f7f")
+    # every trace in every figure, zero or not: the legend keeps its entries while the controls move
+    fig.add_bar(x=labels, y=weights_over, name="weights that do not fit", marker_color="#7f7f7f",
+                marker_pattern=dict(shape="/", fgcolor="#d62728", solidity=0.4))
     # the title says how many: a legend entry whose text followed the sliders changed the legend's width
     fig.add_bar(x=labels, y=kv_fit, name="KV of the requests", marker_color="#1f77b4")
     fig.add_bar(x=labels, y=kv_over, name="KV that does not fit", marker_color="#d62728")
@@ -147,7 +153,8 @@ def fig_kv_vs_gpu(
         name="GPU memory",
     )
     lift = 0.03 * max(gpu_sizes_gb)  # clear of the card's marker line
-    tops = [max(size, w + k + o) + lift for size, w, k, o in zip(gpu_sizes_gb, weights, kv_fit, kv_over)]
+    tops = [max(size, w + wo + k + o) + lift
+            for size, w, wo, k, o in zip(gpu_sizes_gb, weights, weights_over, kv_fit, kv_over)]
     fig.add_scatter(  # how many requests of this length fit, in readable type above each bar
         x=labels, y=tops, mode="text", text=[f"fits {n:,} seqs" for n in fits], textposition="top center",
         textfont=dict(size=14), showlegend=False, hoverinfo="skip",

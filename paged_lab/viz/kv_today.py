@@ -82,14 +82,25 @@ def request_kv(model: str | ModelSpec, num_tokens: int, dtype: str = "bfloat16",
                      spec.num_sliding_layers, kv_math.page_size_bytes(spec, block_size, dtype, kind))
 
 
-def token_points(context_len: int, most: int = 240) -> list[int]:
-    """The token counts a curve over 1..``context_len`` is drawn at: every one up to ``most`` of them,
-    else an even spread that keeps every block boundary's shape readable."""
+EXACT_BLOCKS = 256  # every step of the staircase is drawn up to this many blocks (4,096 tokens of 16)
+GRID_RATIO = 1.01  # past them, block boundaries this far apart: a log axis draws finer steps under a pixel
+
+
+def block_points(context_len: int, block_size: int, offsets: Sequence[int] = (1,)) -> list[int]:
+    """The token counts 1..``context_len`` a block count is drawn at: ``k * block_size + o`` for every
+    offset ``o`` (1: the token that opens block ``k + 1``; a sliding window ``w`` adds ``(w - 1) %
+    block_size``, where a block falls out of it) and every ``k`` up to ``EXACT_BLOCKS``, then ``k`` on a
+    fixed grid ``GRID_RATIO`` apart. Drawn as steps (``line_shape="hv"``) the curve is exact where the
+    steps can be seen, and its shape is the block size's: the points do not depend on ``context_len``,
+    which only ends them (an even spread over the context moved the first step with the slider)."""
     kv_math.check_positive("context_len", context_len)
-    if context_len <= most:
-        return list(range(1, context_len + 1))
-    step = cdiv(context_len, most)
-    return sorted({*range(1, context_len + 1, step), context_len})
+    kv_math.check_positive("block_size", block_size)
+    ks, k, last = set(range(EXACT_BLOCKS + 1)), float(EXACT_BLOCKS), context_len // block_size + 1
+    while k < last:
+        k *= GRID_RATIO
+        ks.add(int(k))
+    pts = {q * block_size + o for q in ks for o in offsets} | {1, context_len}
+    return sorted(p for p in pts if 1 <= p <= context_len)
 
 
 def fig_blocks_held(series: Mapping[str, Sequence[int]], first_token: int = 1,
@@ -114,25 +125,32 @@ def fig_blocks_held(series: Mapping[str, Sequence[int]], first_token: int = 1,
 
 
 def fig_kv_today(model: str, cache_dtype: str, context_len: int, sliding_window: int, gpu_gb: int,
-                 block_size: int = 16, max_context: int = 131072) -> go.Figure:
+                 block_size: int = 16, max_context: int = 131072,
+                 models: Sequence[str | ModelSpec] | None = None) -> go.Figure:
     """The playground's figure: the layer blocks one request holds while it grows to ``context_len``
     tokens, as the model is built and as if every layer were full (``gpu_gb`` is the readout's).
 
-    Both axes are logarithmic and fixed by the model and ``max_context`` (the context slider's end), so
-    the figure holds still while the sliders move and only the lines change; the numbers are the
-    readout's."""
+    Both axes are logarithmic and fixed by ``max_context`` (the context slider's end) and the most
+    layers among ``models`` (the model dropdown's; default: every model of ``kv_math.list_specs()``), so
+    the figure holds still whatever the controls say, the model included, and only the lines change.
+    The lines are drawn at block boundaries (``block_points``): their steps are the block size's. The
+    numbers are the readout's."""
     if context_len > max_context:
         raise ValueError(f"context_len={context_len} is past max_context={max_context}")
     spec = with_sliding_window(as_spec(model), sliding_window)
-    xs = token_points(context_len)
+    offsets = (1, (spec.sliding_window - 1) % block_size) if spec.num_sliding_layers else (1,)
+    xs = block_points(context_len, block_size, offsets)
     at = [request_kv(spec, n, cache_dtype, block_size) for n in xs]
-    series = {"as built": [r.layer_blocks for r in at]}
-    if spec.num_sliding_layers:
-        series["every layer full"] = [r.layer_blocks_all_full for r in at]
+    # Both lines for every model, so the legend and the plot area keep their size when the model changes
+    # (one line fewer moved the plot by 9 px); without sliding-window layers they are one line.
+    series = {"as built": [r.layer_blocks for r in at],
+              "every layer full": [r.layer_blocks_all_full for r in at]}
     dtype = canonical_dtype(cache_dtype)
     title = f"{spec.name}: the layer blocks one request holds as it grows ({dtype} cache)"
     fig = fig_blocks_held(series, x=xs, title=title, yaxis_title="layer blocks held (all layers)")
-    most = spec.num_layers * cdiv(max_context, block_size)  # every layer full at the longest context
+    fig.update_traces(selector=dict(name="every layer full"), line_dash="dot")  # the blue shows under it
+    layers = max(as_spec(m).num_layers for m in (kv_math.list_specs() if models is None else models))
+    most = layers * cdiv(max_context, block_size)  # every layer full at the longest context
     fig.update_xaxes(type="log", range=[0, math.log10(max_context)])
     fig.update_yaxes(type="log", range=[0, math.log10(2 * most)])
     return fig

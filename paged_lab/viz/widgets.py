@@ -22,6 +22,7 @@ from paged_lab.viz import i18n
 
 READOUT_CLASS = "paged-lab-readout"
 CONTROL_CLASS, LABEL_CLASS = "paged-lab-control", "paged-lab-label"  # a control under its label
+TOGGLES_CLASS = "paged-lab-toggles"  # a toggle-button group, whose own copy of its label is hidden
 # Each control's width, its label above it: a slider's track gets all of it but its value's readout,
 # about 250 px, so a drag moves a value at a time instead of jumping (a label beside the track once
 # left it 0-60 px). Several controls share a row when the output is wide enough.
@@ -107,11 +108,16 @@ def labelled(w):
     import ipywidgets as W
 
     text = i18n.t(w.description or "")
-    label = W.HTML(value=f"<span title='{html.escape(text)}'>{html.escape(text)}</span>")
+    toggles = isinstance(w, W.ToggleButtons)  # its buttons set its width
+    # A toggle group draws its own description on a line of its own, whatever its width ("KV cache
+    # dtype" appeared twice in 01): a rule beside the label hides that copy.
+    hide = f"<style>.{TOGGLES_CLASS} .widget-label{{display:none}}</style>" if toggles else ""
+    label = W.HTML(value=f"{hide}<span title='{html.escape(text)}'>{html.escape(text)}</span>")
     label.add_class(LABEL_CLASS)
+    if toggles:
+        w.add_class(TOGGLES_CLASS)
     if hasattr(w, "style") and hasattr(w.style, "description_width"):
         w.style.description_width = "0px"
-    toggles = isinstance(w, W.ToggleButtons)  # its buttons set its width
     wide = bool(w.layout.width) and str(w.layout.width).endswith("%")  # e.g. a slider over a whole log
     if not toggles:
         w.layout.width = "100%"

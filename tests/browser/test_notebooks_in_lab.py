@@ -8,8 +8,10 @@ automatically), at 1440 x 900, the test
   named ``pool`` and ``logical``) is partly covered by a block's fill, from the drawn geometry;
 - in every ``viz.widgets.interactive`` box (found by its ``paged-lab-readout``) measures every
   slider's track (at least MIN_TRACK_PX) and checks its label is whole and clear of the track and
-  knob; moves each slider with the keyboard and asserts the figure's data and the readout change,
-  while the figure keeps its size, its plot area and every axis range (a playground holds still);
+  knob; moves each slider with the keyboard, picks another option of each dropdown, presses another
+  toggle button, flips each checkbox, and asserts what the learner sees changes while the figure
+  keeps its size, its plot area and every axis range after every one of them (a playground holds
+  still);
   and, before and after the moves, that the figure spans the output area's width, its title is
   drawn whole (not clipped) and no block label is covered;
 - in at least one quiz per series notebook (``paged_lab.classroom.quiz``, found by its
@@ -420,11 +422,44 @@ def _check_tracks(box, where: str) -> list[dict]:
     return tracks
 
 
+def _check_still(box, frame: dict, where: str, what: str) -> None:
+    """The figure kept its size, its plot area and every axis range (``frame``: FRAME before the move)."""
+    moved = box.evaluate(FRAME)
+    assert _close(frame, moved), (f"{where}: moving {what} changed the figure's size or axes (a playground "
+                                  f"holds still):\nbefore {frame}\nafter  {moved}")
+
+
+def _other_controls(box):
+    """Every control of the box but its sliders, as (kind, element, a function that moves it once):
+    each dropdown to its next option (the previous one from the last), each toggle-button group to a
+    button not pressed, each checkbox flipped."""
+    out = []
+    selects = box.locator(".widget-dropdown select")
+    for d in range(selects.count()):
+        select = selects.nth(d)
+        n, index = select.locator("option").count(), select.evaluate("(s) => s.selectedIndex")
+        if n >= 2:
+            out.append(("dropdown", select, lambda s=select, i=(index - 1 if index == n - 1 else index + 1):
+                        s.select_option(index=i)))
+    groups = box.locator(".widget-toggle-buttons")
+    for g in range(groups.count()):
+        buttons = groups.nth(g).locator("button")
+        idle = [buttons.nth(i) for i in range(buttons.count())
+                if "mod-active" not in (buttons.nth(i).get_attribute("class") or "")]
+        if idle:
+            out.append(("toggle", groups.nth(g), idle[0].click))
+    boxes = box.locator(".widget-checkbox input[type=checkbox]")
+    for c in range(boxes.count()):
+        out.append(("checkbox", boxes.nth(c), boxes.nth(c).click))
+    return out
+
+
 def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
-    """In every interactive box: measure every slider's track, move each slider with the keyboard and
-    pick another option in each dropdown. Every move must change what the learner sees; a slider must
-    change the figure but not its size, plot area or axes; and where the box has a readout, some control
-    must update it."""
+    """In every interactive box: measure every slider's track, move each slider with the keyboard, pick
+    another option in each dropdown, press another toggle button and flip each checkbox. Every move must
+    change what the learner sees; no move may change the figure's size, plot area or axes (a dropdown
+    once moved 03's x range from 26.5 to 19.9); a slider must change the figure; and where the box has a
+    readout, some control must update it."""
     readouts = page.locator(".jp-NotebookPanel .paged-lab-readout")
     for b in range(readouts.count()):
         box = readouts.nth(b).locator("xpath=..")  # interactive() puts the readout right in its VBox
@@ -446,23 +481,18 @@ def _move_sliders(page, path, artifacts_dir, stem: str) -> None:
             label = tracks[h]["label"]
             moves.append((f"slider {label!r}", after["figure"] != before["figure"],
                           after["readout"] != before["readout"]))
-            moved = box.evaluate(FRAME)
-            assert _close(frame, moved), (f"{where}: moving the slider {label!r} changed the figure's size "
-                                          "or axes (a playground holds still):\nbefore "
-                                          f"{frame}\nafter  {moved}")
+            _check_still(box, frame, where, f"the slider {label!r}")
             _covered_labels(page, f"{where}, after moving {label!r}", scope=".jp-NotebookPanel")
-        selects = box.locator(".widget-dropdown select")
-        for d in range(selects.count()):
-            select, before = selects.nth(d), box.evaluate(SNAPSHOT)
-            n, index = select.locator("option").count(), select.evaluate("(s) => s.selectedIndex")
-            if n < 2:
-                continue
-            select.select_option(index=index - 1 if index == n - 1 else index + 1)
+        for kind, control, pick in _other_controls(box):
+            before, frame = box.evaluate(SNAPSHOT), box.evaluate(FRAME)
+            pick()
             after = _after_change(page, box, before, has_readout)
-            label = select.locator("xpath=ancestor::*[contains(@class, 'paged-lab-control')][1]").locator(
+            label = control.locator("xpath=ancestor::*[contains(@class, 'paged-lab-control')][1]").locator(
                 ".paged-lab-label").inner_text().strip()
-            moves.append((f"dropdown {label!r}", after["figure"] != before["figure"],
+            moves.append((f"{kind} {label!r}", after["figure"] != before["figure"],
                           after["readout"] != before["readout"]))
+            _check_still(box, frame, where, f"the {kind} {label!r}")
+            _covered_labels(page, f"{where}, after changing {label!r}", scope=".jp-NotebookPanel")
         box.screenshot(path=str(artifacts_dir / f"{stem}-box{b}.png"))
 
         _check_fits(box, where + " (after the moves)")

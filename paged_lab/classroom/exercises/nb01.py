@@ -45,7 +45,7 @@ KV_BYTES_PER_TOKEN = Exercise(
     "kv_bytes_per_token", ("spec", "dtype"), kv_math.kv_bytes_per_token,
     cases=((_SPEC, "bfloat16"), (_SPEC, "float32")), strategy=_st_kv_bytes,
     hint="every layer stores a K and a V vector per KV head (not per query head), each head_dim "
-         "numbers of BYTES[dtype] bytes.",
+         "numbers of DTYPE_BYTES[dtype] bytes.",
     real="paged_lab.kv_math:ModelSpec.kv_bytes_per_token", fmt=shown_value)
 
 MAX_BATCH = Exercise(

@@ -1,6 +1,6 @@
 """The quiz of notebook 08 · KV memory in today's models. The number answers are computed here by
-``kv_math`` (bytes per token of an MLA model, the blocks a sliding-window layer still holds); the fp8
-question takes section 2's measurement."""
+``kv_math`` (the bytes an MLA model caches for a request in fp8, the blocks a sliding-window layer still
+holds); the fp8 question takes section 2's measurement."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def quiz(*, model: str, tokens: int, block_size: int, sliding_window: int, promp
     how many of them had a token that differed)."""
     spec = kv_math.get_spec(model)
     latent = spec.kv_lora_rank + spec.qk_rope_head_dim
-    per_token = spec.kv_bytes_per_token("bfloat16")
+    per_token = spec.kv_bytes_per_token("fp8")  # 1 byte per number
+    request_bytes = per_token * tokens
     held = kv_math.window_blocks_held(tokens, block_size, sliding_window)
     all_blocks = kv_math.cdiv(tokens, block_size)
     window_only = sliding_window // block_size
@@ -28,22 +29,24 @@ def quiz(*, model: str, tokens: int, block_size: int, sliding_window: int, promp
     return Quiz([
         NumberQuestion(
             f"{spec.name} has {spec.num_layers} layers; each caches one latent of {spec.kv_lora_rank} + "
-            f"{spec.qk_rope_head_dim} numbers per token. How many bytes of KV cache does one token take in "
-            "bf16?",
-            answer=per_token, source=kv_math.ModelSpec.kv_bytes_per_token,
-            explanation=f"{spec.num_layers} × {latent} × 2 bytes = {per_token:,}: MLA stores the latent and "
-                        "nothing else, no separate K and V, no per-head vectors.",
+            f"{spec.qk_rope_head_dim} numbers per token. With an fp8 cache (1 byte per number), how many "
+            f"bytes of KV cache does a request of {tokens:,} tokens hold?",
+            answer=request_bytes, source=kv_math.ModelSpec.kv_bytes_per_token,
+            explanation=f"{spec.num_layers} × {latent} × 1 byte = {per_token:,} per token, × {tokens:,} "
+                        f"tokens = {request_bytes:,}: MLA stores the latent and nothing else, no separate K "
+                        "and V, no per-head vectors; fp8 halves bf16's bytes.",
             too_low="Count every layer, and both parts of the latent (the compressed vector and the "
-                    "position part), at 2 bytes each in bf16.",
+                    "position part), at 1 byte each in fp8, for every token of the request.",
             too_high="MLA keeps one latent per layer and token: there is no K and V pair to count twice, "
-                     "and no KV heads to multiply by.",
-            mistakes=distinct_mistakes(per_token, [
-                (2 * per_token, "That counts the latent twice, as if it were a K and a V. MLA's page has no "
-                                "V (vLLM's MLAAttentionSpec sets head_size_v = 0)."),
-                (spec.num_layers * latent, "That is the count of numbers per token; each takes 2 bytes in "
-                                           "bf16."),
-                (spec.num_layers * spec.kv_lora_rank * 2, "That leaves out the position (RoPE) part that "
-                                                          "is cached beside the compressed vector."),
+                     "no KV heads to multiply by, and fp8 takes 1 byte per number, not bf16's 2.",
+            mistakes=distinct_mistakes(request_bytes, [
+                (2 * request_bytes, "That is twice the answer: either the latent counted as a K and a V "
+                                    "(MLA's page has no V: vLLM's MLAAttentionSpec sets head_size_v = 0) "
+                                    "or 2 bytes per number, bf16's size, where fp8 takes 1."),
+                (per_token, "That is one token's bytes; the request holds that for each of its tokens."),
+                (spec.num_layers * spec.kv_lora_rank * tokens, "That leaves out the position (RoPE) part "
+                                                               "that is cached beside the compressed "
+                                                               "vector."),
             ]),
         ),
         NumberQuestion(
