@@ -164,8 +164,6 @@ class LLM:
         if not enforce_eager:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.metrics = EngineMetrics(self.scheduler, self.block_manager, self.layer_groups)  # times, timeline
-        for m in getattr(self.block_manager, "managers", {"": self.block_manager}).values():
-            m.max_events = EngineMetrics.EVENTS_KEPT  # a long-lived engine keeps the latest block events
         self._caller = OneCaller()  # generate() from two threads at once: the second raises
 
     @property

@@ -41,7 +41,7 @@ class EngineMetrics:
 
     TIMELINE_ROWS = 1024  # timeline rows kept (the latest)
     REQUESTS_KEPT = 1024  # finished requests whose latencies latency() summarises (the latest)
-    EVENTS_KEPT = 16384  # block events each BlockManager log keeps (the latest: BlockManager.max_events)
+    EVENTS_KEPT = 4096  # block events each BlockManager log keeps, at least (``BlockManager.trim_events``)
 
     def __init__(self, scheduler, block_manager, layer_groups=None):
         self.scheduler, self.block_manager, self.layer_groups = scheduler, block_manager, layer_groups
@@ -86,6 +86,8 @@ class EngineMetrics:
             for name, n in held.items():
                 self.peak_blocks_per_group[name] = max(self.peak_blocks_per_group.get(name, 0), n)
         self.timeline.append(row)
+        for m in getattr(bm, "managers", {"": bm}).values():  # (layer groups: one log per group)
+            m.trim_events(self.EVENTS_KEPT)  # a long-lived engine keeps the latest block events
 
     def time_of(self, step: int | None, end: bool = True) -> float | None:
         """When step ``step`` (of the call in progress) ended (``end``) or started."""

@@ -88,8 +88,7 @@ class BlockManager:
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.record_events = record_events
         self.events: list[Event] = []
-        self.max_events: int | None = None  # a number: the log keeps the latest (``events.keep_latest``)
-        self._events_dropped = 0  # (Event.index counts from the first event ever)
+        self._events_dropped = 0  # events trim_events() dropped
         self.stats = BlockManagerStats()
         self.clock = 0  # stamped on every event; a scheduler sets it to its step number
         self._seqs: dict[Hashable, SequenceBlocks] = {}
@@ -233,7 +232,10 @@ class BlockManager:
         if self.record_events:
             self.events.append(Event(self._events_dropped + len(self.events), kind, seq_id, tuple(block_ids),
                                      num_tokens, parent_id, self.clock))
-            self._events_dropped += keep_latest(self.events, self.max_events)
+
+    def trim_events(self, max_events: int) -> None:
+        """Bound the log (a long-lived engine's): ``events.keep_latest``; Event.index still counts from 0."""
+        self._events_dropped += keep_latest(self.events, max_events)
 
     def _take_block(self, seq_id) -> int:
         """Take the oldest free block for ``seq_id``; its cached content (if any) is evicted."""
@@ -478,8 +480,7 @@ class BlockManager:
         return self.pool.reset_cache()
 
     def reset(self, pool: bool = True) -> None:
-        """Drop every table and give every block back, the pool as new (``BlockPool.reset``; ``pool=False``:
-        its owner resets a shared pool): an aborted engine's, whatever an interrupted operation left."""
+        """Drop every table, every block free, the pool as new (``pool=False``: its owner resets it)."""
         self._seqs, self._used_slots = {}, 0
         if pool:
             self.pool.reset()

@@ -107,11 +107,11 @@ class PoolState:
         return out
 
 
-def keep_latest(events: list, max_events: int | None) -> int:
+def keep_latest(events: list, max_events: int) -> int:
     """Bound a log: once it holds ``2 * max_events`` events, drop all but the latest ``max_events`` (so it
-    always keeps at least those, and appending stays O(1) on average). None: keep everything. Returns how
-    many were dropped."""
-    if max_events is None or len(events) < 2 * max_events:
+    always keeps at least those, and trimming costs O(1) per event on average). Returns how many were
+    dropped."""
+    if len(events) < 2 * max_events:
         return 0
     dropped = len(events) - max_events
     del events[:dropped]
@@ -121,12 +121,12 @@ def keep_latest(events: list, max_events: int | None) -> int:
 def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None, reuse: str = "v1") -> PoolState:
     """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log.
     ``reuse``: the free-queue rule of the pool that wrote the log (``BlockPool``'s). The log must start at
-    its first event (a bounded log, ``BlockManager.max_events``, may have dropped the oldest ones)."""
+    its first event (a bounded log, ``BlockManager.trim_events``, may have dropped the oldest ones)."""
     events = list(events)
     if events and events[0].index != 0:
         raise ValueError(f"events: the log starts at event {events[0].index}; the events before it were "
-                         f"dropped (a log keeps the latest BlockManager.max_events), so the pool cannot be "
-                         f"rebuilt")
+                         f"dropped (a long-lived engine keeps the latest: BlockManager.trim_events), so the "
+                         f"pool cannot be rebuilt")
     pool = _Replayer(num_blocks, reuse)
     for i, ev in enumerate(events):
         if upto is not None and i >= upto:
