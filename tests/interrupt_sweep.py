@@ -104,11 +104,13 @@ def check_point(case: Case, at: int, fresh: list, sigint: bool = False) -> str |
 
 
 def _raised_in_traced(err: BaseException) -> str | None:
-    tb, last = err.__traceback__, None
+    """The traced line the exception came through, if any (a deferred one comes from the step's end)."""
+    tb, inside = err.__traceback__, None
     while tb is not None:
-        last = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        if tb.tb_frame.f_code.co_filename.startswith(TRACED):
+            inside = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
         tb = tb.tb_next
-    return f"{Path(last[0]).name}:{last[1]}" if last and last[0].startswith(TRACED) else None
+    return inside
 
 
 def _whole(llm, case: Case, fresh: list) -> str | None:
