@@ -61,8 +61,8 @@ def _assert_recovered(llm, fresh_tokens, prompts=PROMPTS, params=PARAMS, mid_ste
 
 @pytest.mark.parametrize("forward", [1, 5], ids=["in-the-prefill", "in-a-decode"])
 def test_ctrl_c_in_the_middle_of_a_step_aborts_the_call(tiny, monkeypatch, forward):
-    """Ctrl-C during the k-th forward. In the prefill, the prompt blocks are already in the prefix cache
-    but hold no KV: the cache must be dropped, or the next call would read them."""
+    """Ctrl-C during the k-th forward: the step finishes (a Ctrl-C is held until the step's end, so the
+    scheduler and the pool are never cut half-way), then the call stops and aborts its requests."""
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # SIGINT -> KeyboardInterrupt
     fresh = _engine(tiny)
     fresh_tokens = _tokens(fresh)
@@ -70,12 +70,13 @@ def test_ctrl_c_in_the_middle_of_a_step_aborts_the_call(tiny, monkeypatch, forwa
 
     llm = _engine(tiny)
     monkeypatch.setattr(llm, "run_model", _on_call(forward, _ctrl_c, llm.run_model))
-    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning,
-                                                        match=r"2 unfinished request.*aborted"):
+    with pytest.raises(KeyboardInterrupt, match="held until the step"), pytest.warns(
+            RuntimeWarning, match=r"2 unfinished request.*aborted"):
         llm.generate(PROMPTS, PARAMS, use_tqdm=False)
     monkeypatch.undo()
-    assert llm.stats()["num_steps"] == forward  # the interrupted step is in the timeline
-    _assert_recovered(llm, fresh_tokens)
+    assert llm.stats()["num_steps"] == forward  # the step the Ctrl-C came in finished, and was the last
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    _assert_recovered(llm, fresh_tokens, mid_step=False)
 
 
 def test_ctrl_c_between_steps_of_a_chunked_prefill(tiny, monkeypatch):
@@ -89,7 +90,7 @@ def test_ctrl_c_between_steps_of_a_chunked_prefill(tiny, monkeypatch):
     with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match="prefix cache was reset"):
         llm.generate(long_prompt, PARAMS, use_tqdm=False)
     monkeypatch.undo()
-    assert llm.stats()["num_steps"] == 1
+    assert llm.stats()["num_steps"] == 2  # (a Ctrl-C between two steps is raised at the end of the next)
     _assert_recovered(llm, fresh_tokens, long_prompt, mid_step=False)
 
 

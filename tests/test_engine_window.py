@@ -171,3 +171,19 @@ def test_smollm2_with_a_window_equals_transformers_ministral():
     assert got != plain  # the window changed what SmolLM2 says
     groups = llm.stats()["kv_cache_groups"]
     assert groups["sliding_attention"]["peak_blocks"] < groups["full_attention"]["peak_blocks"]
+
+
+def test_reset_prefix_cache_on_a_windowed_engine(tiny):
+    """LLM(<window model>, enable_prefix_caching=True).reset_prefix_cache() (a HybridBlockManager had none:
+    AttributeError, and the interrupt path that calls it failed too): every group's cached blocks are
+    forgotten, the next call finds nothing and gives the same tokens."""
+    _, swa, tok = tiny
+    got, llm = engine_greedy(swa, tok, PROMPTS, 8, block_size=4, num_kv_blocks=96, enable_prefix_caching=True)
+    cached = len(llm.block_manager.pool.block_hash)
+    assert cached and llm.reset_prefix_cache() == cached
+    llm.block_manager.check_invariants()
+    hits = llm.stats()["prefix_cache_hits"]
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS],
+                        SamplingParams(max_tokens=8, temperature=0, ignore_eos=True), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == got
+    assert llm.stats()["prefix_cache_hits"] == hits  # nothing was left to find

@@ -409,3 +409,52 @@ def test_the_kv_check_catches_a_window_hit_missing_its_last_window():
     out = sched.schedule()
     with pytest.raises(StaleKVRead, match="'b' attends position 5 .*NULL_BLOCK"):
         kv.check_step(out)
+
+
+def test_whole_prompt_allocation_rejects_at_once_a_prompt_no_pool_can_hold():
+    """allocation="whole_prompt" allocates every group's blocks for the whole prompt at admission, so the
+    window group's peak under the token budget must not be what admission counts: a 40-token prompt needs
+    10 + 10 blocks of a 19-block pool. It is rejected at once, naming the rule, and the others run (before:
+    nothing was ever admitted and simulate() gave up with "did not finish within max_steps")."""
+    from paged_lab.sim.simulate import simulate
+    from paged_lab.sim.workloads import Request
+
+    groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)]
+    hm = HybridBlockManager(19, 4, groups, max_num_batched_tokens=8, record_events=False)
+    assert hm.max_slots_per_seq >= 40 > hm.max_whole_prompt_slots == 9 * 4  # v1 admits it, whole_prompt never
+    reqs = [Request("long", tuple(range(40)), 4), Request("short", tuple(range(100, 108)), 4)]
+    run = simulate(reqs, hm, {"allocation": "whole_prompt", "max_num_batched_tokens": 8, "max_num_seqs": 4})
+    assert [name for name, _ in run.rejected] == ["long"]
+    assert "allocation='whole_prompt'" in run.rejected[0][1] and "at most 36 slots" in run.rejected[0][1]
+    assert run.summary["num_finished"] == 1
+    v1 = simulate(reqs, HybridBlockManager(19, 4, groups, max_num_batched_tokens=8, record_events=False),
+                  {"max_num_batched_tokens": 8, "max_num_seqs": 4})  # v1: blocks as the chunks need them
+    assert v1.summary["num_finished"] == 2 and not v1.rejected
+
+
+def test_reset_prefix_cache_forgets_every_group_and_the_logs_say_so():
+    groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)]
+    hm = HybridBlockManager(40, 2, groups, enable_prefix_caching=True)
+    hm.allocate("a", list(range(9)))
+    hm.free("a")
+    cached = len(hm.pool.block_hash)
+    assert cached and hm.find_longest_cache_hit(list(range(9))).num_tokens == 8
+    assert hm.reset_prefix_cache() == cached
+    assert hm.find_longest_cache_hit(list(range(9))).num_tokens == 0
+    hm.check_invariants()
+    for name in hm.managers:
+        assert not replay(hm.events[name], 40).cached  # each group's log records the evictions
+
+
+def test_reset_drops_every_table_and_the_log_replays_it():
+    groups = [KVCacheGroup("full", 1), KVCacheGroup("swa", 1, sliding_window=4)]
+    hm = HybridBlockManager(40, 2, groups, enable_prefix_caching=True)
+    hm.allocate("a", list(range(9)))
+    hm.allocate("b", list(range(5)))
+    hm.reset()
+    hm.check_invariants()
+    assert hm.num_free_blocks == 40 and not hm.seq_ids and not hm.pool.cached
+    for name, m in hm.managers.items():
+        assert hm.events[name][-1].kind == "reset"
+        assert replay(hm.events[name], 40) == m.state()
+    assert hm.allocate("c", list(range(9))) == {"full": [0, 1, 2, 3, 4], "swa": [5, 6, 7, 8, 9]}  # as new

@@ -1,7 +1,6 @@
 """Time: requests that arrive over time, and TTFT / ITL / end-to-end latency in the simulator (steps)
 and the engine (seconds and steps), including preempted and prefix-cached requests."""
 
-import numpy as np
 import pytest
 from test_engine_phases import _tiny_llama, _Tok  # the same 2-layer random Llama and id tokenizer
 
@@ -151,12 +150,11 @@ def test_engine_metrics_of_a_preempted_request(tiny):
     assert llm.stats()["num_preemptions"] >= 1
     ref = _llm(tiny).generate(PROMPTS[:3], GREEDY, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in ref]
-    victim = next(s for r in llm._requests.values() for s in r.seqs if s.num_preemptions)
-    gaps = np.diff(victim.output_steps)
-    assert gaps.max() > 1 and gaps.sum() == victim.finish_step - victim.first_token_step
+    # (the engine keeps no request after its call: the outputs' metrics say who was preempted)
+    lost = [m for m in (o.metrics for o in outs)
+            if m.finished_step - m.first_token_step > GREEDY.max_tokens - 1]
+    assert lost  # the preempted request lost steps between two of its tokens
     assert llm.stats()["itl_steps_p99"] > 1
-    m = next(o.metrics for o in outs if o.request_id == victim.seq_id)
-    assert m.finished_step - m.first_token_step > GREEDY.max_tokens - 1  # it lost steps
 
 
 def test_engine_metrics_of_a_prefix_cached_request(tiny):

@@ -31,8 +31,10 @@ from typing import Any
 
 import torch
 
+from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
 from paged_lab.engine import inputs
+from paged_lab.engine.concurrency import OneCaller
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.kv_groups import LayerGroups
 from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
@@ -162,12 +164,13 @@ class LLM:
         if not enforce_eager:
             self.compiled = self._compile(compile_sizes, progress=compile_progress)
         self.metrics = EngineMetrics(self.scheduler, self.block_manager, self.layer_groups)  # times, timeline
-        self._step_open = False  # True from schedule() until the step's update() is done
+        self._caller = OneCaller()  # generate() from two threads at once: the second raises
 
     @property
     def timeline(self) -> list[dict]:
-        """One row per step: batch composition, KV usage, seconds (``EngineMetrics.record_step``)."""
-        return self.metrics.timeline
+        """One row per step, the latest ``EngineMetrics.TIMELINE_ROWS`` (1,024) steps: batch composition, KV
+        usage, seconds (``EngineMetrics.record_step``); ``row["step"]`` says which step it is."""
+        return list(self.metrics.timeline)
 
     def _compile(self, sizes, progress: bool):
         """The compiled decode graphs (enforce_eager=False), warmed up: each size compiles now, once."""
@@ -197,22 +200,33 @@ class LLM:
         finite, top_p outside (0, 1], n < 1, a seed that is not an integer in [0, 2**64 - n], ...) raises
         ValueError naming the prompt index and the field, and nothing runs.
 
-        Interrupted (Ctrl-C, or an exception inside a step): every unfinished request of this call is
-        aborted -- its blocks freed, its tokens dropped, nothing is resumed later -- a RuntimeWarning says
-        how many, and the exception is raised again. The engine is then as usable as before: run the
+        Interrupted (Ctrl-C, or an exception inside a step): a Ctrl-C lets the step in progress finish
+        (``paged_lab._interrupts``) and stops the call there. Every unfinished request of the call is
+        aborted -- its tokens dropped, nothing is resumed later -- the scheduler and the KV pool are
+        emptied (every block free, the prefix cache dropped), a RuntimeWarning says how many requests
+        were lost, and the exception is raised again. The engine is then as usable as a new one: run the
         prompts again with a new call.
+
+        Not thread-safe, as vLLM's ``LLM`` is not: a second generate() on the same engine while one runs
+        (another thread) raises RuntimeError at once, changing nothing; give each thread its own LLM.
         """
-        prepared = self.inputs.process(prompts, sampling_params)
-        arrivals = inputs.check_arrival_steps(arrival_steps, len(prepared))
-        requests: list[Request | None] = [None] * len(prepared)  # filled in as they arrive
-        total = sum(sp.n * self.inputs.max_tokens(ids, sp) for _, ids, sp in prepared)
-        try:
-            with progress_bar(use_tqdm, total) as bar:
-                self._run(prepared, arrivals, requests, bar)
-        except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
-            self._abort_interrupted(requests, err)
-            raise
-        return [self._output(r) for r in requests]
+        with self._caller.call("generate()"), interrupts.held():  # one call at a time; Ctrl-C at step ends
+            prepared = self.inputs.process(prompts, sampling_params)
+            arrivals = inputs.check_arrival_steps(arrival_steps, len(prepared))
+            requests: list[Request | None] = [None] * len(prepared)  # filled in as they arrive
+            total = sum(sp.n * self.inputs.max_tokens(ids, sp) for _, ids, sp in prepared)
+            try:
+                with progress_bar(use_tqdm, total) as bar:
+                    self._run(prepared, arrivals, requests, bar)
+            except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
+                with interrupts.atomic():
+                    self._abort_interrupted(requests, err)
+                raise
+            with interrupts.atomic():
+                outputs = [self._output(r) for r in requests]
+                self.metrics.retire(requests)  # their latencies and counts; the engine keeps no request
+                self._requests.clear()
+            return outputs
 
     def _run(self, prepared, arrivals: list[int], requests: list, bar) -> None:
         """Step until every request of ``prepared`` has arrived (``arrivals``) and finished; ``requests[i]``
@@ -240,21 +254,23 @@ class LLM:
     def step(self) -> list[Sequence]:
         """Schedule, prepare the batch, run the model, post-process. Returns the sequences that finished.
 
-        Interrupted (an exception or Ctrl-C), the step still gets its time and timeline row (marked
-        ``"interrupted"``), since schedule() has counted it; the caller (generate) aborts its requests."""
+        A Ctrl-C (SIGINT, main thread) during the step is held until the step has finished and raised
+        then (``paged_lab._interrupts``), so it never cuts the scheduler or the pool half-way. Interrupted by
+        an exception, the step still gets its time and timeline row (marked ``"interrupted"``), since
+        schedule() has counted it; the caller (generate) aborts its requests."""
+        self._caller.check("step()")
         t0, out = time.perf_counter(), None
-        try:
-            self._step_open = True  # until update(): the prefix cache may hold blocks with no KV yet
-            out = self.scheduler.schedule()  # out.step == len(self.metrics.step_times)
-            self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
-            batch = self.prepare_batch(out) if out.scheduled else None
-            logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
-            finished = self.postprocess(out, batch, logits)
-            self._step_open = False
-            self.metrics.record_step(out, 0 if batch is None else batch.num_tokens, t0)
-        except BaseException:
-            self.metrics.record_step(out, 0, t0, interrupted=True)
-            raise
+        with interrupts.atomic():
+            try:
+                out = self.scheduler.schedule()
+                self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
+                batch = self.prepare_batch(out) if out.scheduled else None
+                logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+                finished = self.postprocess(out, batch, logits)
+                self.metrics.record_step(out, 0 if batch is None else batch.num_tokens, t0)
+            except BaseException:
+                self.metrics.record_step(out, 0, t0, interrupted=True)
+                raise
         return finished
 
     def prepare_batch(self, out) -> Batch:
@@ -378,10 +394,11 @@ class LLM:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def latency(self) -> dict[str, float]:
-        """TTFT, ITL and end-to-end latency of every finished request so far, p50 / p90 / p99, in
-        seconds (``ttft_s_p90`` ...) and in steps (``ttft_steps_p90`` ...). ITL counts every gap between
-        consecutive tokens of one completion."""
-        return self.metrics.latency(self._requests.values())
+        """TTFT, ITL and end-to-end latency of the finished requests, p50 / p90 / p99, in seconds
+        (``ttft_s_p90`` ...) and in steps (``ttft_steps_p90`` ...): the latest
+        ``EngineMetrics.REQUESTS_KEPT`` (1,024) of them, so that a long-lived engine neither grows nor slows
+        down. ITL counts every gap between consecutive tokens of one completion."""
+        return self.metrics.latency()
 
     def stats(self) -> dict:
         """KV usage, prefix-cache queries/hits (tokens), preemptions, steps, the attention backends that
@@ -393,60 +410,29 @@ class LLM:
         """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
         computed from scratch. Blocks held by running sequences stay theirs. Returns how many blocks
         were cached."""
-        if not self.enable_prefix_caching:
-            return 0  # (nothing is cached; a HybridBlockManager without caching has no cache to reset)
-        return self.block_manager.reset_prefix_cache()
+        with self._caller.call("reset_prefix_cache()"), interrupts.atomic():
+            return self.block_manager.reset_prefix_cache()
 
     # ------------------------------------------------------------------------------------ interrupted
     def _abort_interrupted(self, requests: list, err: BaseException) -> None:
-        """After an exception escaped a generate() call: abort (finish with "abort", freeing the blocks)
-        every unfinished sequence of the call, forget their requests, drop the prefix cache when it may
-        hold blocks whose KV was never written, and warn about what was lost."""
-        seqs = {id(s): s for r in requests if r is not None for s in r.seqs}
-        # (a sequence queued by the call but not yet in ``requests``: interrupted inside _add_request)
-        sched = self.scheduler
-        seqs.update((id(s), s) for q in (sched.waiting, sched.running, sched.swapped) for s in q)
-        unfinished = [s for s in seqs.values() if not s.is_finished]
-        # Full prompt blocks enter the prefix cache when schedule() allocates them, before their KV is
-        # written: by this step's forward (interrupted between schedule() and update()), or by a later
-        # chunk of a chunked prefill. Dropping cache entries never makes tokens wrong, only slower, so
-        # reset the whole cache rather than pick out the unwritten blocks.
-        stale_cache = self._step_open or any(
-            s.status is SequenceStatus.RUNNING and s.num_computed_tokens < s.num_prefill_tokens
-            for s in unfinished)
-        for seq in unfinished:
-            self._abort_seq(seq)
-        ids = {s.seq_id for s in unfinished}
-        reqs = {id(r): r for r in requests if r is not None}
-        reqs.update((id(r), r) for r in map(self._requests.get, ids) if r is not None)
-        aborted = [r for r in reqs.values() if r.num_pending or any(s.seq_id in ids for s in r.seqs)]
-        for req in aborted:
-            self._forget(req)
-        reset = stale_cache and self.enable_prefix_caching
-        if reset:
-            self.block_manager.reset_prefix_cache()
-        self._step_open = False
+        """After an exception escaped a generate() call: abort every unfinished request of the call, empty
+        the scheduler and the pool (``Scheduler.abort_all``: an exception from inside a step may have cut
+        a change half-way, and the prefix cache may hold blocks whose KV was never written), record the
+        finished ones, and warn about what was lost."""
+        reqs = {id(r): r for r in [*requests, *self._requests.values()] if r is not None}
+        self.scheduler.abort_all()
+        for seq in (s for r in reqs.values() for s in r.seqs if not s.is_finished):  # (never scheduled)
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "abort"
+        aborted = [r for r in reqs.values()
+                   if r.num_pending or any(s.finish_reason == "abort" for s in r.seqs)]
+        self.metrics.retire([r for r in reqs.values() if r not in aborted], aborted=len(aborted))
+        self._requests.clear()
         if aborted:
             warnings.warn(
-                f"generate() was interrupted by {type(err).__name__} at step {sched.step_count - 1}: "
-                f"its {len(aborted)} unfinished request(s) were aborted (blocks freed, outputs dropped; they "
-                f"are not resumed){' and the prefix cache was reset' if reset else ''}. The engine is "
-                f"ready: call generate() again to run them.", RuntimeWarning, stacklevel=3)
-
-    def _abort_seq(self, seq: Sequence) -> None:
-        """Finish ``seq`` with reason "abort" and free its blocks."""
-        try:
-            self.scheduler.finish(seq, "abort")
-        except KeyError:  # interrupted while being forked: the scheduler never took it, it may hold blocks
-            if seq.seq_id in self.block_manager:
-                self.block_manager.free(seq.seq_id)
-            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "abort"
-            seq.finish_step = max(self.scheduler.step_count - 1, 0)
-
-    def _forget(self, req: Request) -> None:
-        """Drop an aborted request from the engine's books (latency() counts completed requests only)."""
-        for seq in req.seqs:
-            self._requests.pop(seq.seq_id, None)
+                f"generate() was interrupted by {type(err).__name__} at step {self.scheduler.step_count - 1}"
+                f": its {len(aborted)} unfinished request(s) were aborted (outputs dropped; they are not "
+                f"resumed), every block was freed and the prefix cache was reset. The engine is ready: call "
+                f"generate() again to run them.", RuntimeWarning, stacklevel=3)
 
 
 def decodes_first(scheduled):

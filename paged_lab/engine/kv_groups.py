@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from paged_lab.kv_math import ModelSpec
 from paged_lab.memory import BlockManager
+from paged_lab.memory.block_pool import NULL_BLOCK
 from paged_lab.memory.hybrid import HybridBlockManager
 from paged_lab.memory.layer_groups import KVCacheGroup, group_layers, kv_cache_groups
 
@@ -86,8 +87,6 @@ class LayerGroups:
         """Real blocks each group holds now, over every live sequence (one group: the pool's used blocks)."""
         if not self.hybrid:
             return {self.groups[0].name: bm.num_used_blocks}
-        held = dict.fromkeys(self.layers, 0)
-        for seq_id in bm.seq_ids:
-            for name, n in bm.blocks_held(seq_id).items():
-                held[name] += n
-        return held
+        # (group by group: right even when an exception cut an allocation between two groups)
+        return {name: sum(b != NULL_BLOCK for s in m.seq_ids for b in m.block_table(s))
+                for name, m in bm.managers.items()}

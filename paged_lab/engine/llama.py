@@ -227,7 +227,7 @@ class PagedAttention:
         earlier); the others reuse the result."""
         parts = self._plans.get(meta)
         if parts is not None:
-            return parts
+            return [(meta if m is None else m, plan) for m, plan in parts]
         if self.backend is None:
             self._choose(k_cache, v_cache, None, meta.sliding_window)
         checks.check_step(k_cache, v_cache, meta.slot_mapping, meta.block_tables, meta.context_lens,
@@ -240,7 +240,8 @@ class PagedAttention:
         parts = [(m, self.backend.plan(m.block_tables, m.context_lens, m.slot_mapping, block_size,
                                        None if m.is_decode else m.query_start_loc, m.max_context_len,
                                        m.max_query_len, m.sliding_window)) for m in pieces]
-        self._plans[meta] = parts
+        # (None for ``meta`` itself: a value that held its weak key would keep every step's plan for ever)
+        self._plans[meta] = [(None if m is meta else m, plan) for m, plan in parts]
         return parts
 
 

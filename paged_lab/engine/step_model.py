@@ -120,13 +120,13 @@ def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), conte
         for _ in range(rounds):
             for ctx, bs in shapes:
                 bar.set_postfix_str(f"{bs} seqs x {ctx} tokens")
-                start = len(llm.timeline)
+                start = llm.scheduler.step_count  # (the timeline keeps the latest rows: select by step)
                 # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
                 llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]}
                               for i in range(bs)],
                              sp, use_tqdm=False)
-                decodes[ctx, bs] += [t for t in llm.timeline[start:]
-                                     if t["num_prefill"] == 0 and t["num_decode"] == bs]
+                decodes[ctx, bs] += [t for t in llm.timeline
+                                     if t["step"] > start and t["num_prefill"] == 0 and t["num_decode"] == bs]
                 bar.update(1)
     rows = []
     for ctx, bs in shapes:

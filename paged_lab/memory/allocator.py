@@ -64,6 +64,10 @@ class KVCacheAllocator(Protocol):
     def fork(self, parent_id: Hashable, child_id: Hashable) -> list[int]:
         """``child_id`` shares every block of ``parent_id`` (parallel sampling)."""
 
+    def reset(self) -> None:
+        """Drop every sequence and free every slot at once, whatever state an interrupted operation left
+        (``Scheduler.abort_all``); a prefix cache is emptied too."""
+
     # -- what a sequence holds ---------------------------------------------------------------
     def __contains__(self, seq_id: object) -> bool: ...
 

@@ -31,7 +31,7 @@ from paged_lab.memory.errors import (
     OutOfBlocks,
     UnknownSequence,
 )
-from paged_lab.memory.events import BlockManagerStats, Event, PoolState
+from paged_lab.memory.events import BlockManagerStats, Event, PoolState, keep_latest
 from paged_lab.memory.invariants import check_invariants
 from paged_lab.memory.prefix_cache import find_cached_prefix, hash_block
 
@@ -88,6 +88,7 @@ class BlockManager:
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.record_events = record_events
         self.events: list[Event] = []
+        self._events_dropped = 0  # events trim_events() dropped
         self.stats = BlockManagerStats()
         self.clock = 0  # stamped on every event; a scheduler sets it to its step number
         self._seqs: dict[Hashable, SequenceBlocks] = {}
@@ -229,8 +230,12 @@ class BlockManager:
     # -- operations ---------------------------------------------------------------------------
     def _emit(self, kind: str, seq_id, block_ids=(), num_tokens: int = 0, parent_id=None) -> None:
         if self.record_events:
-            self.events.append(Event(len(self.events), kind, seq_id, tuple(block_ids), num_tokens,
-                                     parent_id, self.clock))
+            self.events.append(Event(self._events_dropped + len(self.events), kind, seq_id, tuple(block_ids),
+                                     num_tokens, parent_id, self.clock))
+
+    def trim_events(self, max_events: int) -> None:
+        """Bound the log (a long-lived engine's): ``events.keep_latest``; Event.index still counts from 0."""
+        self._events_dropped += keep_latest(self.events, max_events)
 
     def _take_block(self, seq_id) -> int:
         """Take the oldest free block for ``seq_id``; its cached content (if any) is evicted."""
@@ -473,6 +478,13 @@ class BlockManager:
         for b in self.pool.block_hash:
             self._emit("evict", None, (b,))
         return self.pool.reset_cache()
+
+    def reset(self, pool: bool = True) -> None:
+        """Drop every table, every block free, the pool as new (``pool=False``: its owner resets it)."""
+        self._seqs, self._used_slots = {}, 0
+        if pool:
+            self.pool.reset()
+        self._emit("reset", None)
 
     # -- inspection ---------------------------------------------------------------------------
     def state(self) -> PoolState:

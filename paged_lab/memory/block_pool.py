@@ -247,6 +247,13 @@ class BlockPool:
         elif self.cached[h] == b:  # the next block holding that content is the one found now
             self.cached[h] = next(iter(holders))
 
+    def reset(self) -> None:
+        """The pool as new: every block free, in id order, and nothing cached. (An aborted engine's pool,
+        whatever an interrupted operation left half-done: ``BlockManager.reset``.)"""
+        self.refcounts = array("q", [0]) * self.num_blocks
+        self.free_queue = FreeBlockQueue(self.num_blocks)
+        self.reset_cache()
+
     def reset_cache(self) -> int:
         """Forget every cached hash (the blocks stay where they are). Returns how many were cached."""
         n = len(self.block_hash)

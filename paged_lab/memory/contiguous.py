@@ -249,6 +249,11 @@ class ContiguousAllocator:
         raise ValueError("ContiguousAllocator cannot share slots between sequences; "
                          "fork (parallel sampling) needs the paged BlockManager")
 
+    def reset(self) -> None:
+        """Drop every reservation: every slot free (an aborted engine's, ``Scheduler.abort_all``)."""
+        self._start.clear(), self._tokens.clear(), self._starts.clear(), self._size_at.clear()
+        self._reserved = self._used = 0
+
     def free(self, seq_id) -> None:
         s = self._check(seq_id)
         self._starts.pop(bisect.bisect_left(self._starts, s))

@@ -15,6 +15,8 @@ free       the sequence finished; ``block_ids`` is its table, released last bloc
 cache      full blocks got a prefix-cache hash (they can be reused from now on): ``block_ids``.
 skip       a sliding window moved past leading blocks (``memory/hybrid.py``): ``block_ids`` went back to
            the pool (last first) and their table entries are now ``NULL_BLOCK``.
+reset      every table was dropped and the pool is as new: all blocks free in id order, nothing cached
+           (an aborted engine, ``BlockManager.reset``).
 =========  ==========================================================================================
 
 ``replay(events, num_blocks, upto)`` rebuilds the pool from the log alone (refcounts, owners,
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 
 from paged_lab.memory.block_pool import NULL_BLOCK
 
-KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache", "skip")
+KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache", "skip", "reset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ class Event:
             "free": f"seq {self.seq_id!r} finishes; blocks {b} go back to the pool",
             "cache": f"blocks {b} are full and now in the prefix cache",
             "skip": f"seq {self.seq_id!r} no longer reads blocks {b} (out of its window): freed",
+            "reset": "every sequence is dropped and every block is free again (the engine aborted)",
         }
         return text.get(self.kind, self.kind)
 
@@ -104,9 +107,26 @@ class PoolState:
         return out
 
 
+def keep_latest(events: list, max_events: int) -> int:
+    """Bound a log: once it holds ``2 * max_events`` events, drop all but the latest ``max_events`` (so it
+    always keeps at least those, and trimming costs O(1) per event on average). Returns how many were
+    dropped."""
+    if len(events) < 2 * max_events:
+        return 0
+    dropped = len(events) - max_events
+    del events[:dropped]
+    return dropped
+
+
 def replay(events: Iterable[Event], num_blocks: int, upto: int | None = None, reuse: str = "v1") -> PoolState:
     """Rebuild the pool from the first ``upto`` events (all when None). Pure: reads only the log.
-    ``reuse``: the free-queue rule of the pool that wrote the log (``BlockPool``'s)."""
+    ``reuse``: the free-queue rule of the pool that wrote the log (``BlockPool``'s). The log must start at
+    its first event (a bounded log, ``BlockManager.trim_events``, may have dropped the oldest ones)."""
+    events = list(events)
+    if events and events[0].index != 0:
+        raise ValueError(f"events: the log starts at event {events[0].index}; the events before it were "
+                         f"dropped (a long-lived engine keeps the latest: BlockManager.trim_events), so the "
+                         f"pool cannot be rebuilt")
     pool = _Replayer(num_blocks, reuse)
     for i, ev in enumerate(events):
         if upto is not None and i >= upto:
@@ -185,6 +205,11 @@ class _Replayer:
 
     def _cache(self, sid, ids, ev) -> None:
         self.state.cached.update(ids)
+
+    def _reset(self, sid, ids, ev) -> None:
+        self.refcounts[:] = [0] * len(self.refcounts)
+        self.free = OrderedDict.fromkeys(range(len(self.refcounts)))
+        self.state.tables.clear(), self.state.num_tokens.clear(), self.state.cached.clear()
 
     def _hit(self, sid, ids, ev) -> None:
         pass  # the blocks are taken by the "allocate" event that follows

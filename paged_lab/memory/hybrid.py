@@ -172,6 +172,12 @@ class HybridBlockManager:
         return k * self.block_size
 
     @property
+    def max_whole_prompt_slots(self) -> int:
+        """The longest prompt that fits when every group allocates all of its blocks at once (the Scheduler's
+        ``allocation="whole_prompt"``: no token budget caps a window group's count then)."""
+        return self.num_blocks // len(self.groups) * self.block_size
+
+    @property
     def max_slots_per_seq_reason(self) -> str:
         return (f"num_blocks={self.num_blocks} x block_size={self.block_size} shared by "
                 f"{len(self.groups)} layer groups")
@@ -394,6 +400,21 @@ class HybridBlockManager:
         self._first._seq(seq_id)  # (UnknownSequence before any change)
         for m in self.managers.values():
             m.free(seq_id)
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached block of every group (vLLM's ``reset_prefix_cache``): later prompts are
+        computed from scratch; blocks held by running sequences stay theirs. Every group's log records the
+        evictions. Returns how many blocks were cached."""
+        for m in self.managers.values():
+            for b in self.pool.block_hash:
+                m._emit("evict", None, (b,))
+        return self.pool.reset_cache()
+
+    def reset(self) -> None:
+        """Every group's tables dropped and the shared pool as new (``BlockManager.reset``)."""
+        self.pool.reset()
+        for m in self.managers.values():
+            m.reset(pool=False)
 
     def fork(self, parent_id, child_id) -> list[int]:
         raise InvalidArgument(f"fork(parent_id={parent_id!r}): a HybridBlockManager does not share blocks "

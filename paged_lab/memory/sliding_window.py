@@ -75,3 +75,7 @@ class SlidingWindowBlockManager(BlockManager):
     def free(self, seq_id) -> None:
         super().free(seq_id)
         self.boundaries.pop(seq_id, None)
+
+    def reset(self, pool: bool = True) -> None:
+        super().reset(pool)
+        self.boundaries.clear()

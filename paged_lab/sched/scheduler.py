@@ -88,6 +88,10 @@ class Scheduler:
         self.mode, self.preemption = mode, preemption
         self.block_size, self.num_blocks = allocator.block_size, allocator.num_blocks
         self.max_slots_per_seq = allocator.max_slots_per_seq  # the whole pool, or one reservation
+        # "whole_prompt" allocates every block of a prompt at admission, so admission counts them all: a
+        # window group's too (a HybridBlockManager's max_slots_per_seq counts its peak under a token budget)
+        self.max_prompt_slots = (getattr(allocator, "max_whole_prompt_slots", self.max_slots_per_seq)
+                                 if allocation == "whole_prompt" else self.max_slots_per_seq)
         self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
             "num_cpu_blocks", num_cpu_blocks, minimum=0)
         self.swap_space = CpuSwapSpace(self.num_cpu_blocks)
@@ -96,7 +100,7 @@ class Scheduler:
         self.swapped: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
-        self._live_ids: set = set()
+        self._live: dict = {}  # seq_id -> every sequence added and not finished yet
         self._last_out: SchedulerOutput | None = None
 
     # -- requests --------------------------------------------------------------------------------
@@ -106,10 +110,10 @@ class Scheduler:
             raise TypeError(f"seq must be a paged_lab.sched.Sequence, got {type(seq).__name__}")
         if seq.status is not WAITING or seq.num_computed_tokens:
             raise ValueError(f"seq {seq.seq_id!r} was already scheduled (status={seq.status.value})")
-        if seq.seq_id in self._live_ids:
+        if seq.seq_id in self._live:
             raise ValueError(f"seq_id={seq.seq_id!r} is already queued or running; pick a new id")
         self._check_fits(seq)
-        self._live_ids.add(seq.seq_id)
+        self._live[seq.seq_id] = seq
         self.waiting.append(seq)
 
     def never_fits(self, num_prompt_tokens: int, max_tokens: int) -> str | None:
@@ -117,7 +121,7 @@ class Scheduler:
         slots one sequence can hold (``max_slots_per_seq``): "prompt_token_ids" when the prompt is
         longer, "max_tokens" when prompt + max_tokens - 1 is (``Sequence.max_num_slots``: the last
         sampled token is never stored); None when it fits. The engine checks requests with it too."""
-        if num_prompt_tokens > self.max_slots_per_seq:
+        if num_prompt_tokens > self.max_prompt_slots:
             return "prompt_token_ids"
         if num_prompt_tokens + max_tokens - 1 > self.max_slots_per_seq:
             return "max_tokens"
@@ -127,9 +131,12 @@ class Scheduler:
         n, cap = seq.num_prompt_tokens, self.max_slots_per_seq
         arg = self.never_fits(n, seq.max_tokens)
         if arg == "prompt_token_ids":
+            whole = (", allocation='whole_prompt': every layer group allocates the whole prompt at admission"
+                     if self.max_prompt_slots < cap else "")
             raise RequestTooLargeError(
-                f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most {cap} slots fit one "
-                f"sequence ({self.allocator.max_slots_per_seq_reason}); it can never be admitted")
+                f"prompt_token_ids: seq {seq.seq_id!r} has {n} prompt tokens but at most "
+                f"{self.max_prompt_slots} slots fit one prompt ({self.allocator.max_slots_per_seq_reason}"
+                f"{whole}); it can never be admitted")
         if arg == "max_tokens":
             raise RequestTooLargeError(
                 f"max_tokens: seq {seq.seq_id!r} needs up to {seq.max_num_slots} slots ({n} prompt + "
@@ -321,19 +328,35 @@ class Scheduler:
             self.allocator.free(seq.seq_id)
         self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
-        self._live_ids.discard(seq.seq_id)
+        self._live.pop(seq.seq_id, None)
 
     def finish(self, seq: Sequence, reason: str = "stop") -> None:
         """Engine-side stop (a stop string, an abort): free its blocks and drop it from every queue."""
         if seq.status is SequenceStatus.FINISHED:
             raise ValueError(f"seq {seq.seq_id!r} is already finished ({seq.finish_reason})")
-        if seq.seq_id not in self._live_ids:
+        if seq.seq_id not in self._live:
             raise KeyError(f"seq {seq.seq_id!r} was never added to this scheduler")
         for q in (self.waiting, self.swapped):
             if seq in q:
                 q.remove(seq)
         self.running = [s for s in self.running if s is not seq]
         self._finish(seq, reason, max(self.step_count - 1, 0))
+
+    def abort_all(self) -> list[Sequence]:
+        """Abort every sequence at once: each unfinished one is finished with reason "abort", the queues are
+        emptied and the allocator gives every slot back (``allocator.reset()``: a prefix cache is dropped
+        too). Whatever an exception cut half-way in a step, the scheduler and its allocator end as new ones
+        (the counters kept). Returns the aborted sequences."""
+        step = max(self.step_count - 1, 0)
+        aborted = [s for s in self._live.values() if s.status is not SequenceStatus.FINISHED]
+        for seq in aborted:
+            seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, "abort", step
+        self.waiting, self.running, self.swapped = deque(), [], deque()
+        self._live, self._last_out = {}, None
+        moved, self.swap_space = self.swap_space.num_blocks_moved, CpuSwapSpace(self.num_cpu_blocks)
+        self.swap_space.num_blocks_moved = moved
+        self.allocator.reset()
+        return aborted
 
     def fork(self, parent: Sequence, child: Sequence, last_token_id: int | None = None) -> None:
         """Parallel sampling: ``child`` (a new Sequence with the same prompt) shares every block of
@@ -342,7 +365,7 @@ class Scheduler:
         if parent.status is not RUNNING or parent.num_computed_tokens < parent.num_prefill_tokens:
             raise ValueError(f"parent {parent.seq_id!r} must be running with its prefill done to fork "
                              f"(status={parent.status.value})")
-        if child.status is not WAITING or child.seq_id in self._live_ids:
+        if child.status is not WAITING or child.seq_id in self._live:
             raise ValueError(f"child {child.seq_id!r} must be a new Sequence with an unused seq_id")
         if child.prompt_token_ids != parent.prompt_token_ids:
             raise ValueError(f"child {child.seq_id!r} must have the same prompt as parent {parent.seq_id!r}")
@@ -358,5 +381,5 @@ class Scheduler:
                                                               parent.first_token_step)
         child.output_steps = list(parent.output_steps)
         child.status = RUNNING
-        self._live_ids.add(child.seq_id)
+        self._live[child.seq_id] = child
         self.running.append(child)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from paged_lab import _interrupts as interrupts
 from paged_lab.memory import BlockManager
 from paged_lab.memory.allocator import KVCacheAllocator
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
@@ -143,6 +144,9 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     ``record_chunks`` what each step computed, request by request (``SimResult.chunks``).
     Raises RuntimeError past ``max_steps`` (default: a bound only a deadlock reaches).
 
+    A Ctrl-C (SIGINT, main thread) lets the step in progress finish, then raises KeyboardInterrupt
+    (``paged_lab._interrupts``): the scheduler and the allocator are left whole, between two steps.
+
     Requests join the queue at their ``arrival_step``; the summary's latency (``ttft_steps_p90``, ``itl_...``,
     ``e2e_...``; p50/p90/p99, in steps) is defined in ``paged_lab.sim.latency``.
     """
@@ -155,24 +159,27 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     token_base = [synthetic_token(r, 0) for r in range(len(reqs))]  # seq_id r's tokens: + position
     windows = _Windows(sched.max_num_seqs)
     steps, rejected, done, slot_maps, chunks = [], [], [], {}, []
-    while arrivals or sched.has_unfinished():
-        step = len(steps)  # one timeline row per step, idle steps included
-        _check_within(max_steps, step, sched)
-        _admit_arrivals(sched, arrivals, step, rejected)
-        out = sched.schedule()
-        windows.seat(out, step)
-        # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``).
-        sampled = [token_base[e.seq.seq_id] + e.end for e in out.sampling]
-        forward_state = _forward_state(sched, total_slots)  # as this step's forward sees it
-        if record_slots:
-            slot_maps[step] = slot_map(sched.allocator, names)
-        if record_chunks:
-            chunks.append([Chunk(step, e.seq.name, e.start, e.end, e.is_prefill) for e in out.scheduled])
-        finished = sched.update(out, sampled)
-        windows.release(finished, step)
-        done.extend(finished)
-        steps.append((step, *forward_state, len(out.preempted), out.num_prefill_tokens,
-                      out.num_decode_tokens, len(finished)))
+    with interrupts.held():  # a Ctrl-C is raised between two steps, never inside one
+        while arrivals or sched.has_unfinished():
+            step = len(steps)  # one timeline row per step, idle steps included
+            _check_within(max_steps, step, sched)
+            with interrupts.atomic():
+                _admit_arrivals(sched, arrivals, step, rejected)
+                out = sched.schedule()
+                windows.seat(out, step)
+                # synthetic_token(seq_id, position) of each sampling entry (its last position is ``end``).
+                sampled = [token_base[e.seq.seq_id] + e.end for e in out.sampling]
+                forward_state = _forward_state(sched, total_slots)  # as this step's forward sees it
+                if record_slots:
+                    slot_maps[step] = slot_map(sched.allocator, names)
+                if record_chunks:
+                    chunks.append([Chunk(step, e.seq.name, e.start, e.end, e.is_prefill)
+                                   for e in out.scheduled])
+                finished = sched.update(out, sampled)
+                windows.release(finished, step)
+                done.extend(finished)
+                steps.append((step, *forward_state, len(out.preempted), out.num_prefill_tokens,
+                              out.num_decode_tokens, len(finished)))
     return _result(steps, done, rejected, sched, windows, slot_maps, total_slots, chunks)
 
 

@@ -104,7 +104,7 @@ def run_paged_lab(llm, workload, use_tqdm=False) -> RunResult:
     # every run starts cold: prompt blocks cached by the previous repeat would be free prefill work that
     # the baselines do not get (hits between this run's own prompts still count)
     llm.reset_prefix_cache()
-    first = len(llm.timeline)
+    first = llm.scheduler.step_count  # (the timeline keeps the latest rows: select by step)
     t = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": r.prompt_token_ids} for r in workload], params,
                         use_tqdm=use_tqdm)
@@ -112,7 +112,7 @@ def run_paged_lab(llm, workload, use_tqdm=False) -> RunResult:
     made = sum(len(o.outputs[0].token_ids) for o in outs)
     assert made == _useful(workload), f"paged_lab produced {made} tokens, expected {_useful(workload)}"
     steps: dict[str, list[float]] = {}
-    for step in llm.timeline[first:]:
+    for step in (t for t in llm.timeline if t["step"] > first):
         kind = "prefill" if step["num_prefill"] else f"decode {step['num_decode']}"
         steps.setdefault(kind, []).append(step["seconds"])
     return RunResult("paged_lab", seconds, made, steps, [list(o.outputs[0].token_ids) for o in outs])
