@@ -2,32 +2,13 @@
 notebooks 07 and 08 call draw a tqdm bar by default, and ``progress=False`` silences it."""
 
 import pytest
-import torch
-
-
-def _tiny_engine():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from paged_lab.engine import LLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-
-    class Tok:
-        eos_token_id = None
-
-        def decode(self, ids, skip_special_tokens=True):
-            return ""
-
-    return LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
-               attention_backend="torch", enable_prefix_caching=False)
+from tiny_models import tiny_torch_engine
 
 
 def test_measuring_decode_steps_counts_its_runs_on_a_bar(capsys):
     from paged_lab.engine.step_model import MachineProbe, measure_decode_steps
 
-    llm, probe = _tiny_engine(), MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
+    llm, probe = tiny_torch_engine(), MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
     measure_decode_steps(llm, probe, batch_sizes=(1, 2), context_lens=(8,), max_tokens=3, rounds=2)
     err = capsys.readouterr().err
     assert "decode steps" in err and "4/4" in err and "2 seqs x 8 tokens" in err

@@ -41,25 +41,12 @@ def test_probe_measures_positive_rates_and_checks_its_arguments():
 
 
 def test_measure_decode_steps_reads_the_engines_timeline_and_the_figure_draws_it():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny_models import tiny_torch_engine
 
-    from paged_lab.engine import LLM
     from paged_lab.engine.step_model import measure_decode_steps
     from paged_lab.viz.engine import fig_step_time
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-
-    class Tok:
-        eos_token_id = None
-
-        def decode(self, ids, skip_special_tokens=True):
-            return ""
-
-    llm = LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
-              attention_backend="torch", enable_prefix_caching=False)
+    llm = tiny_torch_engine()
     probe = MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
     rows = measure_decode_steps(llm, probe, batch_sizes=(1, 3), context_lens=(8, 20), max_tokens=3, rounds=2)
     assert [(r["batch_size"], r["context_len"]) for r in rows] == [(1, 8), (3, 8), (1, 20), (3, 20)]

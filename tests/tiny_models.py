@@ -14,3 +14,25 @@ def head_dim_64_llama():
                       num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=False,
                       max_position_embeddings=256)
     return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_torch_engine():
+    """An LLM over a 2-layer random Llama (head_dim 16, vocabulary 1,024, seed 0) with a tokenizer that
+    decodes to "": 64 blocks of 4 tokens, the torch backend, no prefix caching (the step-time tests)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from paged_lab.engine import LLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+
+    class Tok:
+        eos_token_id = None
+
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    return LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
+               attention_backend="torch", enable_prefix_caching=False)

@@ -168,13 +168,18 @@ def say(*values, sep: str | None = " ", end: str | None = "\n", file=None, flush
     builtins.print(*values, sep=sep, end=end, file=file, flush=flush)
 
 
-def _hook_print() -> None:
-    """A notebook's cells print through ``say`` while the language is not English (see ``say``)."""
+def _ipython():
+    """The running IPython shell (a notebook's kernel), or None outside IPython."""
     try:
         from IPython import get_ipython
     except ImportError:
-        return
-    ip = get_ipython()
+        return None
+    return get_ipython()
+
+
+def _hook_print() -> None:
+    """A notebook's cells print through ``say`` while the language is not English (see ``say``)."""
+    ip = _ipython()
     if ip is None:
         return
     if _state["lang"] == "en":
@@ -450,11 +455,7 @@ def _hook_plotly() -> None:
             return _original["show"](figure(fig) if isinstance(fig, BaseFigure) else fig, *args, **kwargs)
 
         pio.show = show
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    ip = get_ipython()
+    ip = _ipython()
     if ip is None:
         return
     formatter = ip.display_formatter.mimebundle_formatter
