@@ -71,7 +71,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 SMOLLM2_CACHE_NAME = "smollm2-135m-instruct-fp32"
 # what the first load says it is doing: the measured cold load (docs/benchmarks.md, benchmarks/model_load.py)
 CONVERT_NOTE = "first load: GGUF -> fp32, ~{seconds} s, then cached"
-CONVERT_SECONDS = 7
+CONVERT_SECONDS = 6
 
 
 def _smollm2_dir(bar) -> tuple[Path, Any]:
