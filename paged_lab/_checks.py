@@ -1,4 +1,5 @@
-"""The one integer validator: every argument that must be a whole number goes through it.
+"""The argument checks: the one integer validator (every argument that must be a whole number goes through
+it), the keys a config must have, and positive finite sizes.
 
 ``bool`` is refused although Python counts it as an int (``max_num_seqs=True`` is a bug, not 1);
 numpy integers are accepted and returned as plain ``int``.
@@ -6,6 +7,7 @@ numpy integers are accepted and returned as plain ``int``.
 
 from __future__ import annotations
 
+import math
 from array import array
 from numbers import Integral
 
@@ -50,3 +52,12 @@ def check_token_ids(name: str, token_ids, error: type[Exception] = ValueError) -
         return ids
     except (TypeError, OverflowError):  # say which one
         return [check_int(f"{name}[{i}]", t, error=error) for i, t in enumerate(ids)]
+
+
+def check_positive(name: str, value: float) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a size or count: a positive, finite number
+    (``inf`` bytes of memory is a typo, not a plan)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")

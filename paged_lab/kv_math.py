@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from paged_lab._checks import check_int, check_keys
+from paged_lab._checks import check_int, check_keys, check_positive
 
 GB = 10**9  # GPU memory sizes are sold in decimal gigabytes ("80 GB")
 GiB = 2**30
@@ -54,15 +54,6 @@ def canonical_dtype(dtype: Any) -> str:
 
 def dtype_bytes(dtype: Any) -> int:
     return DTYPE_BYTES[canonical_dtype(dtype)]
-
-
-def check_positive(name: str, value: float) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is a size or count: a positive, finite number
-    (``inf`` bytes of memory is a typo, not a plan)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from paged_lab._checks import check_int
+from paged_lab._checks import check_int, check_positive
 from paged_lab.kernels.quant import FP8_DTYPE, is_quantized
-from paged_lab.kv_math import ModelSpec, canonical_dtype, check_positive, human_bytes, num_kv_blocks
+from paged_lab.kv_math import ModelSpec, canonical_dtype, human_bytes, num_kv_blocks
 
 DEFAULT_KV_CACHE_MEMORY = 512 * 2**20  # bytes, when neither num_kv_blocks nor kv_cache_memory is given
 KV_CACHE_DTYPES = ("auto", "fp8")  # vLLM's CacheConfig.cache_dtype names (vllm/config/cache.py)

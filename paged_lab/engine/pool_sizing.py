@@ -25,8 +25,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from paged_lab._checks import check_int
-from paged_lab.kv_math import cdiv, check_positive
+from paged_lab._checks import check_int, check_positive
+from paged_lab.kv_math import cdiv
 
 
 def process_memory() -> int:
