@@ -111,6 +111,20 @@ def fig_kv_by_model(dtype: str = "bfloat16", context_len: int = 4096,
     return fig
 
 
+def _gpu_bars(spec: ModelSpec, need: float, context_len: int, dtype: str, gpu_sizes_gb: Sequence[int]):
+    """``fig_kv_vs_gpu``'s bars, in GB, one entry per card: (labels, weights on the card, weights past it,
+    KV that fits, KV that does not, free, requests that fit)."""
+    bars: tuple[list, ...] = ([], [], [], [], [], [], [])
+    for size in gpu_sizes_gb:
+        plan = plan_capacity(spec, size * GB, context_len, dtype)
+        w, budget = plan.weight_bytes / GB, plan.kv_budget_bytes / GB
+        row = (f"{size} GB", min(w, size), max(0.0, w - size), min(need, budget), max(0.0, need - budget),
+               max(0.0, budget - need), plan.max_seqs)
+        for column, value in zip(bars, row):
+            column.append(value)
+    return bars
+
+
 def fig_kv_vs_gpu(
     model: str | ModelSpec,
     dtype: str = "bfloat16",
@@ -124,18 +138,8 @@ def fig_kv_vs_gpu(
     never look as if they fit a 24 GB card."""
     spec = as_spec(model)
     need = num_requests * spec.kv_bytes(context_len, dtype) / GB  # each request keeps its own window
-    labels, weights, weights_over, kv_fit, kv_over, free, fits = [], [], [], [], [], [], []
-    for size in gpu_sizes_gb:
-        plan = plan_capacity(spec, size * GB, context_len, dtype)
-        w = plan.weight_bytes / GB
-        budget = plan.kv_budget_bytes / GB
-        labels.append(f"{size} GB")
-        weights.append(min(w, size))
-        weights_over.append(max(0.0, w - size))
-        kv_fit.append(min(need, budget))
-        kv_over.append(max(0.0, need - budget))
-        free.append(max(0.0, budget - need))
-        fits.append(plan.max_seqs)
+    labels, weights, weights_over, kv_fit, kv_over, free, fits = _gpu_bars(spec, need, context_len, dtype,
+                                                                           gpu_sizes_gb)
     fig = go.Figure()
     fig.add_bar(x=labels, y=weights, name="weights", marker_color="#7f7f7f")
     # every trace in every figure, zero or not: the legend keeps its entries while the controls move
