@@ -34,15 +34,17 @@ import torch
 from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
 from paged_lab.engine import inputs
+from paged_lab.engine.attention import AttentionMetadata, PagedAttention
 from paged_lab.engine.concurrency import OneCaller
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.kv_groups import LayerGroups
-from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
+from paged_lab.engine.llama import TORCH_OPS, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
 from paged_lab.engine.parallel_sampling import ParallelSampling
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 from paged_lab.engine.request import Request
 from paged_lab.engine.sampling import sample
+from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 
@@ -103,11 +105,11 @@ class LLM:
         minute per size on a laptop CPU, once per engine (``compile_progress`` shows a bar), and holds
         another packed copy of the weights; it pays off in long runs (``benchmarks/engine_bench.py``).
         vLLM compiles by default; paged_lab does not, because notebooks and tests must start fast.
-    cpu_prepack: multiply with a packed copy of the weights (``engine.linear``): the C panel matmul
-        (``kernels.cpu_gemm``, AVX-512) for decode-sized batches, oneDNN where it cannot run; faster decode
-        steps on CPU (docs/benchmarks.md), at the cost of a second copy of the weights in RAM (+540 MB for
-        SmolLM2 in fp32; bf16 also keeps oneDNN's copy for prefills, +2 x 270 MB). None -> on wherever it
-        applies (CPU, fp32/bf16); False -> the model's own tensors.
+    cpu_prepack: True multiplies with a packed copy of the weights (``kernels.cpu.fast_path``): the C panel
+        matmul (AVX-512) for decode-sized batches, oneDNN where it cannot run; faster decode steps on CPU
+        (docs/benchmarks.md), at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2 in
+        fp32; bf16 also keeps oneDNN's copy for prefills, +2 x 270 MB). None or False (the default): the
+        model's own tensors, so that a notebook fits in Binder's 2 GB.
     """
 
     def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
@@ -132,7 +134,7 @@ class LLM:
         self.cache_dtype = resolve_kv_cache_dtype(kv_cache_dtype, self.dtype)  # "float32", ..., or "fp8"
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         inputs.check_compilable(enforce_eager, self.device, self.dtype, self.cache_dtype)
-        self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
+        self.runner = PagedLlama.from_hf(hf_model, fast_path.install(TORCH_OPS, hf_model, bool(cpu_prepack)))
         self.max_model_len = inputs.model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
         self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
@@ -276,7 +278,7 @@ class LLM:
     def prepare_batch(self, out) -> Batch:
         """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
         table and context length (layer groups: slots and tables per group). One-token queries (decodes) go
-        first, so that a mixed step can attend them apart (``llama.PagedAttention``)."""
+        first, so that a mixed step can attend them apart (``attention.PagedAttention``)."""
         scheduled = decodes_first(out.scheduled)
         bm, groups = self.block_manager, self.layer_groups
         input_ids, positions, ctx_lens, qsl = [], [], [], [0]
