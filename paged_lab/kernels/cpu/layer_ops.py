@@ -1,9 +1,10 @@
 """A decoder layer's element-wise steps in C for the CPU: RMSNorm, RoPE, SiLU(gate) * up.
 
 In a decode step these touch a few thousand numbers each, and torch spends more time dispatching its
-ops than computing them: F.rms_norm is about ten ops (18 us at 4 rows), RoPE eight, and in bf16 every
+ops than computing them: F.rms_norm is about ten ops, RoPE eight, and in bf16 every
 op converts to fp32 and back. ``csrc/layer_ops.c`` does each in one vectorized pass, in the same order
-of operations as the torch code (``engine.llama``) that stays the readable version and the fallback:
+of operations as the torch code (``engine.llama``) that stays the readable version and the fallback
+(``kernels.cpu.fast_path``):
 fp32 results differ from it only in a mean's summation order and the last bit of rsqrt and e^x, bf16 is
 rounded wherever the torch code rounds. Built on first use by :mod:`~paged_lab.kernels.cpu.build`.
 """

@@ -6,15 +6,15 @@ fp32: 0.54 GB) for a few rows of arithmetic. torch's default CPU GEMM for fp32 i
 repacks the weight on every call. :class:`PackedLinear` keeps one packed copy instead, in one of two forms:
 
 - **panels** for the C matmul (``kernels.cpu.gemm``, CPU with AVX-512): every weight read once in memory
-  order, up to ``gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel,
-  AVX-512, 2 threads) the 30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms
-  with oneDNN. More rows are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as
-  fast as oneDNN at a thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8
-  rows on).
+  order, up to ``gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16), faster than oneDNN there. More rows are
+  compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as oneDNN at a thousand
+  rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8 rows on).
 - **oneDNN** (bundled with torch as ``mkldnn``), with the weight reordered once into its blocked layout,
-  where the C matmul cannot run: 1.5-1.75x faster than MKL for the projections at M = 4-8 and 2.5-2.9x
-  for SmolLM2's 49152 x 576 head on an AMD EPYC (``benchmarks/linear_bench.py``). vLLM's CPU backend
-  does the same.
+  where the C matmul cannot run: faster than MKL for decode-sized M, most for SmolLM2's 49152 x 576 head.
+  vLLM's CPU backend does the same.
+
+What each measured: ``benchmarks/linear_bench.py``, and docs/benchmarks.md ("The decode matmuls in C",
+"Prepacked oneDNN weights", "oneDNN's prepacked matmul is padded to 4 rows").
 
 Prepacking costs a second copy of every weight (the transformers model keeps its own; bf16 keeps a third,
 oneDNN's), so it is a choice (``kernels.cpu.fast_path``): the model's forward otherwise runs ``F.linear`` on
@@ -31,8 +31,8 @@ from paged_lab.kernels.cpu import gemm
 
 # The decode batch oneDNN lays the prepacked weights out for (PackedLinear's batch_hint).
 BATCH_HINT = 8
-# oneDNN's prepacked matmul is slower for 1-3 rows than for 4 (on the development machine, 30 layers'
-# projections at 2 threads: 20.5 ms for 1 row, 17.5 ms for 4): fewer rows are padded up to this many.
+# oneDNN's prepacked matmul is slower for 1-3 rows than for 4 (docs/benchmarks.md): fewer rows are padded
+# up to this many.
 PACKED_MIN_ROWS = 4
 
 
@@ -73,9 +73,8 @@ class PackedLinear:
     stacked (one wide matmul instead of several narrow ones: the copy is made anyway, so stacking costs no
     extra RAM): ``panels`` for the C matmul where it can run, else (and for bf16 as well) ``packed`` for
     oneDNN (see the module docstring); ``F.linear`` on the model's tensors where neither applies.
-    ``batch_hint``: the M that oneDNN picks its layout for (any M works; packed for M = 8, 30 layers'
-    projections at 4-8 rows ran 15-19 % faster than with no hint in a microbenchmark, though a whole decode
-    step showed no difference beyond noise).
+    ``batch_hint``: the M that oneDNN picks its layout for (any M works; what the hint changed, measured:
+    docs/benchmarks.md).
     """
 
     __slots__ = ("weights", "biases", "sizes", "packed", "packed_bias", "panels")
