@@ -142,8 +142,8 @@ class PagedLlama:
     """Llama / SmolLM2 / Qwen2-style decoder whose attention runs over a paged KV cache.
 
     Every weight is the transformers tensor itself, and ``ops`` computes with it (plain torch unless the
-    engine installed a faster path). q/k/v and gate/up stay separate ``F.linear`` calls: stacking them
-    would mean a second copy of those weights, and with MKL it measured no faster.
+    engine installed a faster path). With the plain ops, q/k/v and gate/up stay separate ``F.linear`` calls:
+    stacking them would mean a second copy of those weights, and with MKL it measured no faster.
     """
 
     def __init__(self, config: Any, embed: torch.Tensor, layers: list[LayerWeights],
