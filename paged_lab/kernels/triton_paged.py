@@ -1,19 +1,16 @@
 """Paged attention in Triton: store_kv, decode (with split-KV flash-decoding) and prefill (notebook 06).
 
-Read it top to bottom: the sizes the kernels support, how a launch is sized, each kernel with its launcher,
-and a check against :mod:`~paged_lab.kernels.reference` that ``python -m paged_lab.kernels.triton_paged``
-runs (under Triton's interpreter where there is no CUDA GPU; import the kernels through
-``_interpret.load_kernels``). The launchers have every backend's signatures and trust validated arguments
-(:mod:`~paged_lab.kernels.checks`); the dispatch gives them no fp8 cache and no window (:func:`unsupported`),
-so the scales, ``sliding_window`` and ``plan`` go unused.
+Top to bottom: the sizes the kernels support, how a launch is sized, each kernel with its launcher, and a
+check against :mod:`~paged_lab.kernels.reference` (``python -m paged_lab.kernels.triton_paged``; Triton's
+interpreter where there is no CUDA GPU, so import the kernels through ``_interpret.load_kernels``). The
+launchers have every backend's signatures and trust validated arguments (:mod:`~paged_lab.kernels.checks`);
+the dispatch gives them no fp8 cache and no window, so the scales, ``sliding_window`` and ``plan`` go unused.
 
-The cache, per layer: ``k_cache[num_blocks, block_size, num_kv_heads, head_dim]``; a sequence's token at
-position ``p`` is row ``p % block_size`` of block ``block_table[p // block_size]``. The kernels walk the
-context in tiles of ``TILE`` positions, looking each position's block up in the table; positions at or past
-``context_len`` are masked twice, on the loads (``other=0``: NaN in unused slots is never read) and on the
-scores (``-inf``: zero weight). GQA: one program serves one KV head and its whole group of query heads,
-padded to a power of two for ``tl.arange``, so each K/V tile is loaded once per group. The softmax is
-online (running max ``m``, sum ``l_sum``) in base 2: scores are pre-multiplied by ``scale * log2(e)``.
+The kernels walk a sequence's context in tiles of ``TILE`` positions and look each position's block up in
+the table; positions at or past ``context_len`` are masked on the loads (``other=0``: NaN in unused slots is
+never read) and on the scores (``-inf``). One program serves one KV head and its whole GQA group, padded to
+a power of two for ``tl.arange``, so each K/V tile is loaded once per group. The softmax is online (running
+max ``m``, sum ``l_sum``) in base 2: scores are pre-multiplied by ``scale * log2(e)``.
 """
 
 from __future__ import annotations
