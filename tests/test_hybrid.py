@@ -12,16 +12,12 @@ import pytest
 
 from paged_lab.kv_math import cdiv, window_blocks_held
 from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks, replay
+from paged_lab.memory.block_pool import NULL_BLOCK
 from paged_lab.memory.errors import BlockManagerError
-from paged_lab.memory.hybrid import (
-    NULL_BLOCK,
-    HybridBlockManager,
-    KVCacheGroup,
-    blocks_held_over_time,
-    kv_cache_groups,
-    window_prefix_hit,
-)
+from paged_lab.memory.hybrid import HybridBlockManager, blocks_held_over_time
+from paged_lab.memory.layer_groups import KVCacheGroup, kv_cache_groups
 from paged_lab.memory.prefix_cache import block_hashes
+from paged_lab.memory.sliding_window import SlidingWindowManager, window_prefix_hit
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
@@ -151,7 +147,7 @@ def test_invariants_catch_a_null_entry_out_of_place():
 
 
 def test_a_shared_block_outlives_the_window_of_one_table():
-    bm = BlockManager(8, 2)
+    bm = SlidingWindowManager(8, 2, SWA)
     bm.allocate("a", [1, 2, 3, 4, 5])
     bm.fork("a", "b")
     assert bm.free_blocks_before("b", 2) == []  # "a" still holds both blocks
@@ -242,7 +238,7 @@ def test_random_runs_keep_the_rules_and_the_window_bound(seed):
 def test_the_event_log_replays_the_windows_frees():
     """A BlockManager that owns its pool, driven as a window group: replaying its log (``skip`` events
     included) rebuilds the live pool, tables with their null entries and the free queue's order."""
-    bm = BlockManager(8, 2)
+    bm = SlidingWindowManager(8, 2, SWA)
     bm.allocate("a", [1, 2, 3, 4, 5])
     bm.allocate("b", [6, 7, 8])
     bm.free_blocks_before("a", 2)
