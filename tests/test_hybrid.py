@@ -7,6 +7,7 @@ positions p-3..p, so after c computed tokens the next one skips c - 3 of them, (
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,20 @@ def test_full_attention_never_frees():
     bm.allocate("a", list(range(7)))
     bm.remove_skipped_blocks("a", 7)
     assert bm.block_table("a") == [0, 1, 2, 3]
+
+
+def test_windows_live_beside_the_full_attention_manager_not_in_it():
+    """As vLLM's SlidingWindowManager beside its FullAttentionManager (single_type_kv_cache_manager.py): the
+    BlockManager's file holds no window, null-block or skipped-block code and reads in one sitting."""
+    import paged_lab.memory.block_manager as full
+
+    source = Path(full.__file__).read_text(encoding="utf-8")
+    assert len(source.splitlines()) <= 300
+    window_words = ("NULL_BLOCK", "num_skipped", "free_blocks_before", "blocks_for_hit")
+    assert not any(word in source for word in window_words)
+    assert not hasattr(BlockManager, "free_blocks_before") and issubclass(SlidingWindowManager, BlockManager)
+    with pytest.raises(InvalidBlockConfig, match="group"):
+        SlidingWindowManager(8, 2, FULL)  # a window manager needs a window
 
 
 def test_admission_counts_the_window_at_most_its_peak():

@@ -191,7 +191,7 @@ class _Replayer:
 
     def apply(self, ev: Event) -> None:
         self.state.last = ev
-        getattr(self, "_" + ev.kind)(ev.seq_id, ev.block_ids, ev)
+        self.HANDLERS[ev.kind](self, ev.seq_id, ev.block_ids, ev)
 
     def _allocate(self, sid, ids, ev) -> None:  # a new table: fresh or cached blocks (a window's hit: nulls)
         for b in ids:
@@ -199,8 +199,6 @@ class _Replayer:
                 self.take(b)
         self.state.tables[sid] = list(ids)
         self.state.num_tokens[sid] = ev.num_tokens
-
-    _fork = _allocate  # a new table sharing the parent's blocks
 
     def _append(self, sid, ids, ev) -> None:
         table = self.state.tables[sid]
@@ -240,3 +238,7 @@ class _Replayer:
 
     def _hit(self, sid, ids, ev) -> None:
         pass  # the blocks are taken by the "allocate" event that follows
+
+    # What each kind of event (KINDS) does to the pool. A fork is a new table sharing the parent's blocks.
+    HANDLERS = {"hit": _hit, "evict": _evict, "allocate": _allocate, "cow": _cow, "append": _append,
+                "fork": _allocate, "free": _free, "cache": _cache, "skip": _skip, "reset": _reset}
