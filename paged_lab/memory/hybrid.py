@@ -15,9 +15,11 @@ still means tokens ``[i * block_size, (i + 1) * block_size)`` (vLLM's ``SlidingW
 ``KVCacheManager.allocate_slots`` frees them before it allocates the step's new blocks). A window group
 therefore holds about ``W / block_size + 1`` blocks per request, however long it grows.
 
-Each group's tables are kept by a real :class:`~paged_lab.memory.BlockManager` over the shared pool, so
-copy-on-write-free appends, all-or-nothing checks and the event log (one per group) are the ones the
-rest of the series uses. The Scheduler drives this class through the same ``KVCacheAllocator`` calls.
+Each group's tables are kept by a real manager over the shared pool: a full-attention group's by a
+:class:`~paged_lab.memory.BlockManager`, a window group's by its subclass ``SlidingWindowManager``
+(``memory/sliding_window.py``: the frees, the null entries, what it caches), so appends, all-or-nothing checks
+and the event log (one per group) are the ones the rest of the series uses. The Scheduler drives this class
+through the same ``KVCacheAllocator`` calls.
 
 Prefix caching (``enable_prefix_caching=True``) makes vLLM 0.32.0's decisions
 (``HybridKVCacheCoordinator`` in ``vllm/v1/core/kv_cache_coordinator.py``, ``SlidingWindowManager`` in
