@@ -1,16 +1,17 @@
 """BlockManager: the operations on block tables: allocate, append, copy-on-write, prefix caching, fork, free.
 
-This is vLLM V1's full-attention manager (``FullAttentionManager`` in
-``vllm/v1/core/single_type_kv_cache_manager.py``; nano-vllm's ``block_manager.py``): a sequence keeps every
-block until it finishes. The tables and their reads (``slot_for``, ``block_table``, ``slot_mapping``) are
-``BlockTables`` (``memory/block_tables.py``), its base; a sliding window's manager is its subclass
+This is vLLM V1's full-attention manager (``FullAttentionManager``, vllm 0.32.0's
+``vllm/v1/core/single_type_kv_cache_manager.py:729``; nano-vllm's ``block_manager.py``): a sequence keeps
+every block until it finishes. The tables and their reads (``slot_for``, ``block_table``, ``slot_mapping``)
+are ``BlockTables`` (``memory/block_tables.py``), its base; a sliding window's manager is its subclass
 (``memory/sliding_window.py``), as vLLM's SlidingWindowManager sits beside its FullAttentionManager.
 
 The manager never touches tensors: it decides *where* every token's K and V go (a copy-on-write returns a
 :class:`CowAction`: the caller copies the KV). Every operation checks first, then changes state: an
-exception leaves the manager as it was. The paper's designs stay as options: ``allocate(max_new_tokens=None)``
-slots the whole prompt at once (vLLM V1: a step's tokens), ``reuse="lru"`` sends every freed block to the
-back of the free queue (vLLM V1: a block without a prefix-cache hash to the front; ``BlockPool``).
+exception leaves the manager as it was. Two simpler designs stay as options: ``allocate(max_new_tokens=None)``
+slots the whole prompt at once (the PagedAttention paper, vLLM V0; V1 slots a step's tokens), and
+``reuse="lru"`` sends every freed block to the back of the free queue (V1 puts a block without a prefix-cache
+hash at the front: ``BlockPool``).
 """
 
 from __future__ import annotations
@@ -251,7 +252,8 @@ class BlockManager(BlockTables, EventLog):
         return CowAction(src, dst)
 
     def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
-        """Full attention reads every earlier token: no block to give back (vLLM's FullAttentionManager)."""
+        """Full attention reads every earlier token: no block to give back (vLLM: the base class's
+        ``get_num_skipped_tokens`` returns 0, ``single_type_kv_cache_manager.py:712``)."""
 
     def fork(self, parent_id, child_id) -> list[int]:
         """The child shares every block of the parent (refcounts go up; nothing is copied yet)."""

@@ -46,7 +46,7 @@ class BlockTables(PagedPoolSlots):
     """The block tables of many sequences over one pool of ``num_blocks`` blocks, and their reads (what the
     pool holds, ``used_slots`` and ``usage``: ``PagedPoolSlots``).
 
-    ``reuse``: which freed block the pool hands out next (``BlockPool``: ``"v1"``, or the paper's ``"lru"``).
+    ``reuse``: which freed block the pool hands out next (``BlockPool``: ``"v1"``, or the simpler ``"lru"``).
     ``pool``: a BlockPool shared with other managers (one per layer group, ``memory/hybrid.py``); by default
     the tables get a new one."""
 

@@ -1,7 +1,7 @@
 """SlidingWindowManager: a sliding-window layer group's blocks, beside the full-attention BlockManager.
 
 The token at position ``p`` of a layer with a window of ``W`` reads positions ``p - W + 1 .. p`` only. So,
-as vLLM 0.32.0's ``SlidingWindowManager`` (``vllm/v1/core/single_type_kv_cache_manager.py``) does:
+as vLLM 0.32.0's ``SlidingWindowManager`` (``vllm/v1/core/single_type_kv_cache_manager.py:933``) does:
 
 * once ``num_computed_tokens`` tokens are computed, every block made only of tokens before the next token's
   window goes back to the pool (``remove_skipped_blocks``); its table entry becomes ``NULL_BLOCK``, so index
@@ -83,7 +83,8 @@ class SlidingWindowManager(BlockManager):
 
     def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
         """Give back the blocks that hold only tokens before the next token's window, once
-        ``num_computed_tokens`` are computed (vLLM's ``remove_skipped_blocks``)."""
+        ``num_computed_tokens`` are computed (vLLM: ``remove_skipped_blocks``, ``get_num_skipped_tokens``,
+        ``single_type_kv_cache_manager.py:672, 1135``)."""
         computed = check_int("num_computed_tokens", num_computed_tokens, minimum=0, error=InvalidArgument)
         skipped_blocks = self.group.num_skipped_tokens(computed) // self.block_size
         if skipped_blocks:  # (tokens not slotted yet may count as skipped: at most the table's blocks)
