@@ -88,7 +88,7 @@ def test_windows_live_beside_the_full_attention_manager_not_in_it():
 
     source = Path(full.__file__).read_text(encoding="utf-8")
     assert len(source.splitlines()) <= 300
-    window_words = ("NULL_BLOCK", "num_skipped", "free_blocks_before", "blocks_for_hit")
+    window_words = ("NULL_BLOCK", "num_skipped_blocks", "free_blocks_before", "blocks_for_hit")
     assert not any(word in source for word in window_words)
     assert not hasattr(BlockManager, "free_blocks_before") and issubclass(SlidingWindowManager, BlockManager)
     with pytest.raises(InvalidBlockConfig, match="group"):
