@@ -73,9 +73,10 @@ class BlockTables(PagedPoolSlots):
     @property
     def empty_slots(self) -> int:
         """Slots of held blocks that hold no token yet: the end of each table's last block (every other
-        block of a table is full), a last block that forked tables share counted once."""
+        block of a table is full), a last block that forked tables share counted once. (A table an interrupt
+        left empty, mid-``allocate``, counts none: the engine resets the manager after the step.)"""
         bs = self.block_size
-        return sum({s.table[-1]: -len(s.token_ids) % bs for s in self._seqs.values()}.values())
+        return sum({s.table[-1]: -len(s.token_ids) % bs for s in self._seqs.values() if s.table}.values())
 
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._seqs
