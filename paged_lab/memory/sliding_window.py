@@ -98,15 +98,14 @@ class SlidingWindowManager(BlockManager):
         the blocks given back (those another table shares stay held by it)."""
         s = self._seq(seq_id)
         upto = check_int("num_blocks", num_blocks, minimum=0, maximum=len(s.table), error=InvalidArgument)
-        dropped = []
-        for i in range(upto - 1, -1, -1):
-            if s.table[i] == NULL_BLOCK:
-                break
-            dropped.append(s.table[i])
-            s.table[i] = NULL_BLOCK
-        if not dropped:
+        first = upto
+        while first > 0 and s.table[first - 1] != NULL_BLOCK:  # back to the first entry already null
+            first -= 1
+        if first == upto:
             return []
+        dropped = s.table[first:upto][::-1]  # last first, the order vLLM frees them in
         freed = self.pool.free_blocks(dropped, checked=True)
+        s.table[first:upto] = [NULL_BLOCK] * (upto - first)
         self._emit("skip", seq_id, dropped, len(s.token_ids))
         return freed
 
