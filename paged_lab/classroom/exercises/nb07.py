@@ -5,7 +5,8 @@ from __future__ import annotations
 from itertools import accumulate
 
 from paged_lab.classroom.exercises.exercise import Exercise
-from paged_lab.memory.block_manager import BlockManager, slot_for
+from paged_lab.memory.block_manager import BlockManager
+from paged_lab.memory.block_tables import slot_for
 
 
 def _scheduled_chunks(chunks):
