@@ -1,4 +1,6 @@
-"""What an fp8 KV cache changes in a real model's output, measured: :func:`compare_kv_cache_dtypes`.
+"""What an fp8 KV cache changes in a real model's output, measured: :func:`compare_kv_cache_dtypes`
+(notebook 08 runs it; ``benchmarks/fp8_kv.py`` on more prompts). An experiment over the engine, so it lives
+with the instruments, not in the engine room.
 
 Two engines over one loaded model, alike in everything but ``kv_cache_dtype`` ("auto", the model's dtype,
 and "fp8"; ``engine.kv_cache``), generate greedily from the same prompts. Two measures per prompt:
@@ -116,8 +118,8 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
     model-dtype one and compare them (see the module docstring). ``model``: a name for
     ``models.load_model`` or a loaded transformers model (then pass ``tokenizer``); ``chat``: send each
     prompt inside the tokenizer's chat template, as notebook 07 does; ``cpu_prepack``: the engines' (``LLM``;
-    False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). About 20 s for the
-    default set on a laptop CPU (SmolLM2-135M, fp32), shown by a progress bar (``progress=False``: none)."""
+    False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). It takes seconds
+    (docs/benchmarks.md, "fp8 KV cache"), shown by a progress bar (``progress=False``: none)."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
