@@ -141,14 +141,15 @@ class EngineConfig:
             check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
 
     # ------------------------------------------------------------------------------------ with the model
-    def load_model(self) -> tuple[Any, Any, str]:
-        """(transformers model, tokenizer, name) of ``model``: a name or path (``models.load_model``), or a
-        model already loaded (with ``tokenizer``, its weights in ``dtype``)."""
+    def load_model(self, progress: bool = True) -> tuple[Any, Any, str]:
+        """(transformers model, tokenizer, name) of ``model``: a name or path (``models.load_model``, with
+        its progress bar unless ``progress`` is False), or a model already loaded (with ``tokenizer``, its
+        weights in ``dtype``)."""
         model, tokenizer, dtype = self.model, self.tokenizer, self.dtype
         if isinstance(model, str):
             from paged_lab.models import load_model
 
-            hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=self.device)
+            hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=self.device, progress=progress)
             return hf_model, tokenizer or loaded_tok, model
         if tokenizer is None:
             raise ValueError("tokenizer is required when model is an already loaded transformers model")

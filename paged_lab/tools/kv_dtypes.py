@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from paged_lab.engine.config import EngineConfig
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
 from paged_lab.engine.llama import AttentionMetadata, PagedAttention
@@ -123,7 +124,8 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    hf_model, tokenizer, name = _load(model, tokenizer, dtype, progress)
+    loading = EngineConfig(model=model, tokenizer=tokenizer, dtype=dtype)  # (the engines' own loader)
+    hf_model, tokenizer, name = loading.load_model(progress)
     prompts = tuple(DEFAULT_PROMPTS if prompts is None else prompts)
     if not prompts or any(not isinstance(p, str) or not p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty strings")
@@ -203,14 +205,3 @@ def _max_abs_per_layer(kv: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
 def _chat(tokenizer, question: str) -> str:
     return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                          add_generation_prompt=True)
-
-
-def _load(model, tokenizer, dtype, progress: bool = False):
-    if isinstance(model, str):
-        from paged_lab.models import load_model
-
-        hf_model, tok, _ = load_model(model, dtype=dtype, progress=progress)
-        return hf_model, tokenizer or tok, model
-    if tokenizer is None:
-        raise ValueError("tokenizer is required when model is an already loaded transformers model")
-    return model, tokenizer, getattr(model.config, "_name_or_path", "") or type(model).__name__
