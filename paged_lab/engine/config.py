@@ -49,7 +49,7 @@ class EngineConfig:
         vLLM's default; ``engine.kv_cache``). An fp8 pool holds 4x the tokens of fp32 in the same
         ``kv_cache_memory`` (2x bf16's). The C and Triton kernels read float caches, so "auto" runs the
         torch backend on an fp8 pool (``stats()["attention_backend_skipped"]`` says why);
-        ``tools.fp8_check.compare_kv_cache_dtypes`` measures what fp8 changes in the output.
+        ``tools.kv_dtypes.compare_kv_cache_dtypes`` measures what fp8 changes in the output.
     attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
         "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
     preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
