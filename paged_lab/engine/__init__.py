@@ -6,10 +6,11 @@
     out[0].outputs[0].text
 """
 
+from paged_lab.engine.attention import AttentionMetadata
 from paged_lab.engine.config import EngineConfig
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.llama import AttentionMetadata, PagedLlama
+from paged_lab.engine.llama import PagedLlama
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 
 __all__ = ["LLM", "EngineConfig", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama",

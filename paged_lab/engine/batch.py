@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from paged_lab.engine.kv_groups import LayerGroups
-from paged_lab.engine.llama import AttentionMetadata
+from paged_lab.engine.attention import AttentionMetadata
 from paged_lab.sched import Sequence
 
 

@@ -62,11 +62,11 @@ class EngineConfig:
         requests with the same prompt, added with it, which find its full blocks in the prefix cache
         (``enable_prefix_caching``) and compute the rest themselves; no copy-on-write. Both give the same
         tokens (completion i samples with seed + i). Default: "prefix", as vLLM V1.
-    cpu_prepack: multiply with a packed copy of the weights (``engine.linear``): the C panel matmul
-        (``kernels.cpu_gemm``, AVX-512) for decode-sized batches, oneDNN where it cannot run; faster decode
-        steps on CPU (docs/benchmarks.md), at the cost of a second copy of the weights in RAM (+540 MB for
-        SmolLM2 in fp32; bf16 also keeps oneDNN's copy for prefills, +2 x 270 MB). None -> on wherever it
-        applies (CPU, fp32/bf16); False -> the model's own tensors.
+    cpu_prepack: True multiplies with a packed copy of the weights (``kernels.cpu.fast_path``): the C panel
+        matmul (AVX-512) for decode-sized batches, oneDNN where it cannot run; faster decode steps on CPU
+        (docs/benchmarks.md), at the cost of a second copy of the weights in RAM (+540 MB for SmolLM2 in
+        fp32; bf16 also keeps oneDNN's copy for prefills, +2 x 270 MB). None or False (the default): the
+        model's own tensors, so that a notebook fits in Binder's 2 GB.
     enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
         ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
         ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the

@@ -35,18 +35,20 @@ import torch
 from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
 from paged_lab.engine import inputs
+from paged_lab.engine.attention import PagedAttention
 from paged_lab.engine.batch import Batch, prepare_batch
 from paged_lab.engine.concurrency import OneCaller
 from paged_lab.engine.config import EngineConfig, engine_config, eos_token_ids, llm_signature
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.kv_groups import LayerGroups
-from paged_lab.engine.llama import PagedAttention, PagedLlama
+from paged_lab.engine.llama import TORCH_OPS, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
 from paged_lab.engine.outputs import OutputProcessor
 from paged_lab.engine.parallel_sampling import ParallelSampling
 from paged_lab.engine.params import RequestOutput, SamplingParams
 from paged_lab.engine.request import EngineRequest, RequestTable
 from paged_lab.engine.sampling import sample
+from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.sched import Scheduler, Sequence
 
@@ -69,7 +71,8 @@ class LLM:
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
         cfg.check_model(self.device, self.dtype, self.cache_dtype, groups.hybrid)
-        self.runner = PagedLlama.from_hf(hf_model, prepack=cfg.cpu_prepack)
+        ops = fast_path.install(TORCH_OPS, hf_model, bool(cfg.cpu_prepack))  # the one choice of path
+        self.runner = PagedLlama.from_hf(hf_model, ops)
         self.max_model_len = cfg.model_len(self.runner.max_model_len)
         self._build_pool(cfg)
         self.attention_backend = cfg.attention_backend

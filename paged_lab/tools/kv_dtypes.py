@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from paged_lab.engine.attention import AttentionMetadata, PagedAttention
 from paged_lab.engine.config import EngineConfig
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.llama import AttentionMetadata, PagedAttention
 from paged_lab.engine.params import SamplingParams
 from paged_lab.kv_math import cdiv
 
@@ -119,7 +119,7 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
     model-dtype one and compare them (see the module docstring). ``model``: a name for
     ``models.load_model`` or a loaded transformers model (then pass ``tokenizer``); ``chat``: send each
     prompt inside the tokenizer's chat template, as notebook 07 does; ``cpu_prepack``: the engines' (``LLM``;
-    False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). It takes seconds
+    True: a packed copy of the weights, 0.5 GB more RAM for SmolLM2). It takes seconds
     (docs/benchmarks.md, "fp8 KV cache"), shown by a progress bar (``progress=False``: none)."""
     from tqdm.auto import tqdm
 
