@@ -2,7 +2,8 @@
 
 Runs with whatever torch, triton and transformers the machine's python already has; installs and
 downloads nothing (the model is ``random:llama-3.2-1b``: Llama-3.2-1B's shapes, seeded random weights).
-About 3 minutes on one H200 (measured 2026-12-04, docs/benchmarks.md). Four parts, each also runnable alone with ``--only``:
+About 3 minutes on one H200 (measured 2026-12-04, docs/benchmarks.md). Four parts, each also
+runnable alone with ``--only``:
 
 - ``kernels``: every Triton kernel compiled on this GPU against the torch reference (decode unsplit and
   split, prefill, store_kv; fp32/fp16/bf16; the dispatch's block sizes; GQA 1/3/4/8; head dims 64/128);

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from paged_lab.engine.kv_groups import LayerGroups
 from paged_lab.engine.attention import AttentionMetadata
+from paged_lab.engine.kv_groups import LayerGroups
 from paged_lab.sched import Sequence
 
 
