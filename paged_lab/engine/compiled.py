@@ -19,8 +19,8 @@ calls ``llama.decoder_layer`` over the same ``LayerWeights`` with the plain torc
 
 Each batch size is its own graph (``dynamic=False``), so the engine pads a decode batch of n sequences
 up to the next captured size (``capture_sizes``, as vLLM pads to its CUDA-graph sizes); padding rows
-store nothing and attend to nothing. Compiling takes about a minute per size on the development machine
-(2 cores), once per engine.
+store nothing and attend to nothing. Each size compiles once per engine, when it starts (how long that
+takes: docs/benchmarks.md, "Compiled decode steps").
 The math is the eager forward's, summed in another order: about 1e-7 relative.
 """
 

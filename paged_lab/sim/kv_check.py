@@ -25,8 +25,8 @@ copy-on-write that was not done, or a slot that two live sequences write.
 
 from __future__ import annotations
 
-from paged_lab.memory.block_manager import slot_for
 from paged_lab.memory.block_pool import NULL_BLOCK
+from paged_lab.memory.block_tables import slot_for
 from paged_lab.memory.hybrid import HybridBlockManager
 
 

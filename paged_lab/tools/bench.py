@@ -208,7 +208,9 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
     num_kv_blocks = 2 * batch_size * cdiv(longest, 16)
     on_cpu = next(model.parameters()).device.type == "cpu"
-    llm = (LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the loaded model's, bf16 on a GPU
+    llm = (LLM(model, tokenizer=tok, dtype=dtype, max_num_seqs=batch_size, block_size=16,
+               num_kv_blocks=num_kv_blocks,
                enforce_eager=enforce_eager or not on_cpu, compile_progress=progress, cpu_prepack=cpu_prepack)
            if "paged_lab" in methods else None)
     if llm is not None:
