@@ -121,7 +121,7 @@ class EngineConfig:
 
     def _check_flags(self) -> None:
         """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
-        turn caching on); ``cpu_prepack`` may also be None (auto)."""
+        turn caching on); ``cpu_prepack`` may also be None (the default: no packed copy)."""
         for name in FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
