@@ -118,7 +118,8 @@ class LLM:
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  parallel_sampling: str = "prefix",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
-                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
+                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True,
+                 kv_offloading_size: float | None = None):
         inputs.check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
         resolve_kv_cache_dtype(kv_cache_dtype, "float32")  # a bad name raises before the model loads
         inputs.check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
@@ -145,8 +146,10 @@ class LLM:
                           layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
         self.block_manager = groups.block_manager(self.num_blocks, block_size, enable_prefix_caching,
                                                   max_num_batched_tokens)
+        self.offload = inputs.offload_tier(self.kv, kv_offloading_size, groups.hybrid)  # None: no second tier
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
-                                   preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
+                                   preemption="recompute", max_num_batched_tokens=max_num_batched_tokens,
+                                   connector=self.offload and self.offload.connector)
         self.attention_backend = attention_backend
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
@@ -223,6 +226,8 @@ class LLM:
                     self._abort_interrupted(requests, err)
                 raise
             with interrupts.atomic():
+                if self.offload:
+                    self.offload.drain(self.block_manager)
                 outputs = [self._output(r) for r in requests]
                 self.metrics.retire(requests)  # their latencies and counts; the engine keeps no request
                 self._requests.clear()
@@ -263,9 +268,13 @@ class LLM:
         with interrupts.atomic():
             try:
                 out = self.scheduler.schedule()
+                if self.offload:  # a second tier's copies (memory/offload/worker.py)
+                    self.offload.before_forward(out.kv_meta)
                 self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
                 batch = self.prepare_batch(out) if out.scheduled else None
                 logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+                if self.offload:
+                    self.offload.after_forward(out.kv_meta)
                 finished = self.postprocess(out, batch, logits)
                 self.metrics.record_step(out, 0 if batch is None else batch.num_tokens, t0)
             except BaseException:

@@ -174,3 +174,15 @@ def check_arrival_steps(arrival_steps, n: int) -> list[int]:
     if len(steps) != n:
         raise ValueError(f"arrival_steps has {len(steps)} entries but there are {n} prompts")
     return [check_int(f"arrival_steps[{i}]", a, minimum=0) for i, a in enumerate(steps)]
+
+
+def offload_tier(kv, kv_offloading_size, hybrid: bool):
+    """The second tier ``kv_offloading_size`` GiB asks for (``memory/offload/``); ValueError naming the
+    argument when it is not a size this pool's blocks fit, or the model has sliding-window layer groups."""
+    if kv_offloading_size is None:
+        return None
+    if hybrid:
+        raise ValueError("kv_offloading_size: the tier here keeps one full-attention group's blocks; this "
+                         "model has sliding-window layer groups (leave kv_offloading_size=None)")
+    from paged_lab.memory.offload.worker import OffloadTier
+    return OffloadTier(kv, kv_offloading_size)

@@ -68,7 +68,7 @@ class Scheduler:
 
     def __init__(self, allocator: KVCacheAllocator, max_num_seqs: int, mode: str = "continuous",
                  preemption: str = "recompute", max_num_batched_tokens: int | None = None,
-                 num_cpu_blocks: int | None = None, allocation: str = "v1"):
+                 num_cpu_blocks: int | None = None, allocation: str = "v1", connector=None):
         if allocator is None:
             raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
         if mode not in MODES:
@@ -77,6 +77,9 @@ class Scheduler:
             raise ValueError(f"preemption must be one of {PREEMPTION}, got {preemption!r}")
         if allocation not in ALLOCATION:
             raise ValueError(f"allocation must be one of {ALLOCATION}, got {allocation!r}")
+        if connector is not None and (allocation, preemption, mode) != ("v1", "recompute", "continuous"):
+            raise ValueError("connector: a second tier follows vLLM V1: allocation='v1', preemption="
+                             "'recompute', mode='continuous'")
         if preemption == "swap" and not getattr(allocator, "swappable", True):
             raise ValueError(f"preemption='swap' copies one block table per sequence to the CPU; "
                              f"{type(allocator).__name__} keeps one per layer group: use 'recompute'")
@@ -98,6 +101,10 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (the last is preempted first)
         self.swapped: deque[Sequence] = deque()
+        # A second tier (``memory/offload/``, vLLM's KVConnector): hits looked up at admission, loaded
+        # while the request waits in ``loading`` (vLLM's kv_holding_waiting), stores offered every step.
+        self.connector = connector
+        self.loading: deque[Sequence] = deque()
         self.step_count = 0
         self.num_preemptions = 0
         self._live: dict = {}  # seq_id -> every sequence added and not finished yet
@@ -144,11 +151,11 @@ class Scheduler:
                 f"lower max_tokens to <= {cap - n + 1} or enlarge the pool")
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
+        return bool(self.waiting or self.running or self.swapped or self.loading)
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.swapped)
+        return len(self.waiting) + len(self.running) + len(self.swapped) + len(self.loading)
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -163,6 +170,8 @@ class Scheduler:
             static_batch_busy = self.mode == "static" and self.running  # its free windows stay idle
             if not self.swapped and not static_batch_busy:
                 self._admit(out, budget)
+        if self.connector is not None:  # this step's loads and stores (vLLM: build_connector_meta)
+            out.kv_meta = self.connector.build_connector_meta(out.scheduled, self.allocator)
         self._last_out = out
         return out
 
@@ -224,30 +233,55 @@ class Scheduler:
             out.cow_copies.append((cow.src, cow.dst))
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        """Step 3: waiting sequences, first come first served, while windows and budget last."""
-        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
-            seq = self.waiting[0]
+        """Step 3: waiting sequences, first come first served, while windows and budget last. With a tier,
+        the sequences that hold blocks for a load go first, and one that must wait is skipped (vLLM)."""
+        skipped: dict[int, deque] = {id(self.loading): deque(), id(self.waiting): deque()}
+        while (self.loading or self.waiting) and len(self.running) < self.max_num_seqs and budget > 0:
+            queue = self.loading or self.waiting
+            seq = queue[0]
+            external = 0 if self.connector is None else self.connector.admission(seq, self.allocator)
+            if external is None:  # its load, or a block it hits, is still in flight
+                skipped[id(queue)].appendleft(queue.popleft())
+                continue
+            held = self.allocator.num_tokens(seq.seq_id) if seq.seq_id in self.allocator else None
+            if held is not None:  # its load is done: it holds blocks for its hit, the rest must fit
+                if not self.allocator.can_append(seq.seq_id, len(seq) - held):
+                    break
             # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
             # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
-            if not self.allocator.can_allocate(seq.token_ids):
+            elif not self.allocator.can_allocate(seq.token_ids):
                 break  # first come, first served: nobody overtakes the head
             slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
             # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
             # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
             # nobody is admitted). The prompt length tells a window group which blocks to cache.
             try:
-                self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
-                                        max_new_tokens=slots_now, num_prompt_tokens=seq.num_prompt_tokens)
+                if held is not None:
+                    end = seq.num_computed_tokens + min(len(seq) - seq.num_computed_tokens, budget)
+                    self.allocator.append_tokens(seq.seq_id, seq.token_ids[held:end])
+                else:
+                    self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                            max_new_tokens=external or slots_now,
+                                            num_prompt_tokens=seq.num_prompt_tokens)
             except OutOfBlocks:  # (nothing changed)
                 break
-            self.waiting.popleft()
-            seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
+            queue.popleft()
+            if external:  # its hit is loaded from the tier: it waits in ``loading`` until then
+                self.connector.after_alloc(seq, self.allocator, external)
+                skipped[id(self.loading)].appendleft(seq)
+                continue
+            if self.connector is None or seq.num_computed_tokens == 0:
+                seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
+                if self.connector is not None:
+                    self.connector.after_alloc(seq, self.allocator, 0)
             seq.num_prefill_tokens = len(seq)
             seq.status = RUNNING
             if seq.first_scheduled_step is None:
                 seq.first_scheduled_step = out.step
             self.running.append(seq)
             budget -= self._schedule_tokens(seq, min(len(seq) - seq.num_computed_tokens, budget), out)
+        self.loading.extendleft(skipped[id(self.loading)])  # (in their order, in front: vLLM)
+        self.waiting.extendleft(skipped[id(self.waiting)])
 
     def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
         """Step 2: swapped sequences come back, oldest first, and decode at once."""
@@ -290,6 +324,8 @@ class Scheduler:
         """Record this step: mark KV computed and append one sampled token per entry of
         ``out.sampling`` (in that order). Returns the sequences that finished this step."""
         sampling, sampled = self._accept_update(out, sampled_token_ids)
+        if self.connector is not None:  # the worker's report: this step's loads, last step's stores
+            self.connector.update_connector_output(out.kv_meta)
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
@@ -328,6 +364,8 @@ class Scheduler:
             self.allocator.free(seq.seq_id)
         self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
+        if self.connector is not None:
+            self.connector.request_finished(seq)
         self._live.pop(seq.seq_id, None)
 
     def finish(self, seq: Sequence, reason: str = "stop") -> None:
@@ -336,7 +374,7 @@ class Scheduler:
             raise ValueError(f"seq {seq.seq_id!r} is already finished ({seq.finish_reason})")
         if seq.seq_id not in self._live:
             raise KeyError(f"seq {seq.seq_id!r} was never added to this scheduler")
-        for q in (self.waiting, self.swapped):
+        for q in (self.waiting, self.swapped, self.loading):
             if seq in q:
                 q.remove(seq)
         self.running = [s for s in self.running if s is not seq]
@@ -351,8 +389,10 @@ class Scheduler:
         aborted = [s for s in self._live.values() if s.status is not SequenceStatus.FINISHED]
         for seq in aborted:
             seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, "abort", step
-        self.waiting, self.running, self.swapped = deque(), [], deque()
+        self.waiting, self.running, self.swapped, self.loading = deque(), [], deque(), deque()
         self._live, self._last_out = {}, None
+        if self.connector is not None:
+            self.connector.reset()
         moved, self.swap_space = self.swap_space.num_blocks_moved, CpuSwapSpace(self.num_cpu_blocks)
         self.swap_space.num_blocks_moved = moved
         self.allocator.reset()
