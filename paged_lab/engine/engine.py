@@ -304,6 +304,8 @@ class LLM:
             req = self._requests[seq.seq_id]
             if s.is_prefill and req.num_cached_tokens is None and seq is req.seqs[0]:
                 req.num_cached_tokens = bm.num_cached_tokens(seq.seq_id)  # what its first prefill skipped
+                if self.offload:  # (and what the tier gave it)
+                    req.num_cached_tokens += self.offload.connector.num_external_tokens(seq.seq_id)
             if s.samples:  # every known token computed -> sample the next one from the last position
                 sample_rows.append(qsl[-1] - 1)
                 sample_seqs.append(seq)

@@ -38,6 +38,23 @@ def _local_hit(allocator, token_ids: list[int]) -> int:
     return len(hits) * allocator.block_size
 
 
+def blocks_to_load(num_tokens: int, block_size: int, gpu_hit_blocks: int, in_tier) -> list[int]:
+    """Which blocks of a request a tier hit loads: after its ``gpu_hit_blocks`` blocks found in the GPU prefix
+    cache, the *consecutive* full blocks whose hash the tier holds (``in_tier[i]``: block i's), up to the
+    request's last full block; the first block the tier lacks ends the hit (vLLM:
+    ``OffloadingConnectorScheduler._maximal_prefix_lookup`` up to ``num_tokens // block_size`` blocks).
+
+    >>> blocks_to_load(30, 4, 2, [True, True, True, True, False, True, True])
+    [2, 3]
+    """
+    loaded = []
+    for i in range(gpu_hit_blocks, num_tokens // block_size):
+        if not in_tier[i]:
+            break
+        loaded.append(i)
+    return loaded
+
+
 @dataclass
 class Transfer:
     """One copy between the paged pool and the tier: ``gpu_block_ids[i]`` <-> ``tier_block_ids[i]``."""
@@ -67,6 +84,7 @@ class _Request:
     block_ids: list[int] = field(default_factory=list)  # its GPU block table, as of its last step
     next_stored: int = 0  # blocks before this one were offered already
     num_local: int = 0  # its GPU prefix-cache hit, in tokens
+    num_external: int = 0  # its tier hit, in tokens (loaded at admission)
     loading: Transfer | None = None
     jobs: set[int] = field(default_factory=set)  # its transfers in flight (a new lookup waits for them)
     finished: bool = False
@@ -124,24 +142,19 @@ class OffloadingConnector:
         r.num_local = num_local
         if r.jobs:  # a transfer of its own still in flight
             return None
-        first, end = num_local // self.block_size, len(seq.token_ids) // self.block_size
-        hits = 0
-        for key in r.keys[first:end]:
-            found = self.manager.lookup(key)
-            if found is LookupResult.MISS:
-                break
-            if found is LookupResult.PENDING:
-                return None
-            hits += 1
-        if any(key in self._being_loaded for key in r.keys[first:first + hits]):
-            return None  # another request is loading them: wait, then hit them in the GPU prefix cache
-        return hits * self.block_size
+        found = [self.manager.lookup(key) for key in r.keys]
+        hits = blocks_to_load(len(seq.token_ids), self.block_size, num_local // self.block_size,
+                              [f is not LookupResult.MISS for f in found])
+        if any(found[i] is LookupResult.PENDING or r.keys[i] in self._being_loaded for i in hits):
+            return None  # still being written, or loaded for another request: wait a step
+        return len(hits) * self.block_size
 
     def update_state_after_alloc(self, seq, block_table: list[int], num_external: int) -> None:
         """Plan the load of the ``num_external`` tokens after the local hit into ``block_table``."""
         if num_external == 0:
             return
         r = self._state(seq)
+        r.num_external = num_external
         first, end = r.num_local // self.block_size, (r.num_local + num_external) // self.block_size
         keys = r.keys[first:end]
         positions = [(i + 1) * self.block_size for i in range(first, end)]
@@ -156,6 +169,12 @@ class OffloadingConnector:
         if not preempted and num_queries:
             self.external_prefix_cache_queries += num_queries
             self.external_prefix_cache_hits += num_hits
+
+    def num_external_tokens(self, seq_id) -> int:
+        """The tokens of ``seq_id``'s latest admission that came from the tier (vLLM adds them to the
+        request's ``num_cached_tokens``: ``PrefillStats.set``)."""
+        r = self._reqs.get(seq_id)
+        return 0 if r is None else r.num_external
 
     def load_finished(self, seq) -> bool:
         r = self._reqs.get(seq.seq_id)
