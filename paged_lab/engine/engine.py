@@ -226,8 +226,6 @@ class LLM:
                     self._abort_interrupted(requests, err)
                 raise
             with interrupts.atomic():
-                if self.offload:
-                    self.offload.drain(self.block_manager)
                 outputs = [self._output(r) for r in requests]
                 self.metrics.retire(requests)  # their latencies and counts; the engine keeps no request
                 self._requests.clear()
@@ -245,6 +243,9 @@ class LLM:
                 nxt += 1
             self.step()  # (an idle step when nobody has arrived yet)
             show_progress(bar, requests)
+        if self.offload:  # the tier's last stores done before the call returns (an error here aborts too)
+            with interrupts.atomic():
+                self.offload.drain(self.block_manager)
 
     def _add_request(self, text: str | None, ids: list[int], sp: SamplingParams) -> Request:
         """Queue one checked request: its first completion, and in "prefix" mode the n - 1 others."""
