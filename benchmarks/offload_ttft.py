@@ -46,6 +46,8 @@ def run(tier_gib, args, model):
         history = [random.Random(t).randrange(100, 40000) for _ in range(args.history)]
         ttft, toks, cached = trial(llm, history, seed=t)
         ttfts.append(ttft)
+        print(f"  {'tier' if tier_gib else 'no tier'} trial {t}: TTFT {1e3 * ttft:.0f} ms, "
+              f"load average {os.getloadavg()[0]:.1f}", flush=True)
         stats = {k: v for k, v in llm.stats().items() if "external" in k and ":" not in k}
         stats["returning_num_cached_tokens"] = cached
     return statistics.median(ttfts), ttfts, toks, stats
