@@ -23,18 +23,24 @@ from paged_lab.memory.offload.manager import CPUOffloadingManager
 PAGE = 4096  # vLLM: mmap.PAGESIZE (SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT)
 
 
-def tier_num_blocks(kv_offloading_size, bytes_per_block: int) -> int:
-    """Blocks a ``kv_offloading_size`` GiB tier holds; ValueError naming the argument and its limits."""
-    page_bytes = -(-bytes_per_block // PAGE) * PAGE
-    smallest = page_bytes / 2**30
+def check_tier_size(kv_offloading_size, smallest: float = 0.0) -> None:
+    """ValueError naming ``kv_offloading_size`` unless it is a number of GiB above ``smallest`` (one block)
+    and within this machine's memory."""
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     if isinstance(kv_offloading_size, bool) or not isinstance(kv_offloading_size, (int, float)) \
-            or not math.isfinite(kv_offloading_size) or kv_offloading_size < smallest:
-        raise ValueError(f"kv_offloading_size must be a number of GiB >= {smallest:.6g} (one block of "
-                         f"{page_bytes} bytes, all layers' K and V), got {kv_offloading_size!r}")
+            or not math.isfinite(kv_offloading_size) or kv_offloading_size <= 0 \
+            or kv_offloading_size < smallest:
+        limit = f">= {smallest:.6g} (one block of all layers' K and V)" if smallest else "> 0"
+        raise ValueError(f"kv_offloading_size must be a number of GiB {limit}, got {kv_offloading_size!r}")
     if kv_offloading_size > ram:
         raise ValueError(f"kv_offloading_size={kv_offloading_size} GiB is more than this machine's memory "
                          f"({ram:.1f} GiB); the tier lives in CPU memory")
+
+
+def tier_num_blocks(kv_offloading_size, bytes_per_block: int) -> int:
+    """Blocks a ``kv_offloading_size`` GiB tier holds; ValueError naming the argument and its limits."""
+    page_bytes = -(-bytes_per_block // PAGE) * PAGE
+    check_tier_size(kv_offloading_size, smallest=page_bytes / 2**30)
     return int(kv_offloading_size * 2**30) // page_bytes
 
 
