@@ -171,8 +171,7 @@ class Scheduler(RequestControl):
         return budget
 
     def _num_new_tokens(self, seq: Sequence, budget: int) -> int:
-        """What a running ``seq`` computes this step: the next chunk of its prefill, or the one token
-        sampled last step (a decode), within the budget."""
+        """What ``seq`` computes this step: its prefill's next chunk, or its token sampled last step."""
         return min(len(seq.token_ids) - seq.num_computed_tokens, budget)
 
     def _reserve_slots(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
@@ -229,10 +228,7 @@ class Scheduler(RequestControl):
             out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
             seq.status = RUNNING
             self.running.append(seq)
-            # the token sampled before the swap gets its slot (can_allocate counted it), a shared block copied
-            cow = self.allocator.append_tokens(seq.seq_id, [seq.token_ids[-1]])
-            if cow is not None:
-                out.cow_copies.append((cow.src, cow.dst))
+            self._reserve_slots(seq, 1, out)  # the token sampled before the swap (can_allocate counted it)
             out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
             budget -= 1
         return budget
