@@ -107,4 +107,3 @@ def check_arrival_steps(arrival_steps, n: int) -> list[int]:
     if len(steps) != n:
         raise ValueError(f"arrival_steps has {len(steps)} entries but there are {n} prompts")
     return [check_int(f"arrival_steps[{i}]", a, minimum=0) for i, a in enumerate(steps)]
-
