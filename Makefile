@@ -127,6 +127,7 @@ vllm-python:
 vllm-traces: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --hybrid
+	$(VLLM_VENV)/bin/python scripts/record_vllm_offload_traces.py
 
 # vLLM's greedy tokens on the real model (tests/data/vllm_greedy_tokens.json, tests/test_vllm_greedy.py).
 .PHONY: vllm-greedy
@@ -136,6 +137,7 @@ vllm-greedy: vllm-python
 vllm-traces-check: vllm-python
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --check
 	$(VLLM_VENV)/bin/python scripts/record_vllm_traces.py --hybrid --check
+	$(VLLM_VENV)/bin/python scripts/record_vllm_offload_traces.py --check
 
 # vLLM's page sizes (FullAttentionSpec, SlidingWindowSpec, MLAAttentionSpec) and the blocks its SlidingWindowManager
 # keeps, for each catalogue model (tests/data/vllm_kv_specs.json, tests/test_kv_specs_vllm.py).

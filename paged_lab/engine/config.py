@@ -23,6 +23,7 @@ from paged_lab._checks import check_int, check_positive
 from paged_lab.engine.kv_cache import resolve_kv_cache_dtype
 from paged_lab.engine.parallel_sampling import PARALLEL_SAMPLING
 from paged_lab.kv_math import canonical_dtype
+from paged_lab.memory.offload.worker import check_tier_size
 
 FLAGS = ("enable_prefix_caching", "enforce_eager", "compile_progress")  # True or False, nothing else
 
@@ -74,6 +75,11 @@ class EngineConfig:
         size (docs/benchmarks.md), once per engine (``compile_progress`` shows a bar), and holds another
         packed copy of the weights; it pays off in long runs (``benchmarks/engine_bench.py``). vLLM
         compiles by default; paged_lab does not, because notebooks and tests must start fast.
+    kv_offloading_size: GiB of CPU memory for a second KV tier (vLLM's ``CacheConfig.kv_offloading_size``,
+        native backend; ``memory/offload/``): every prompt block is copied there as it is computed, and a
+        request whose prefix the GPU pool has lost loads it back instead of recomputing it
+        (``stats()["external_prefix_cache_hits"]``). None (the default): no tier. Not for a model with
+        sliding-window layers.
     """
 
     model: Any = "smollm2-135m"
@@ -95,6 +101,7 @@ class EngineConfig:
     enforce_eager: bool = True
     compile_sizes: tuple[int, ...] | None = None
     compile_progress: bool = True
+    kv_offloading_size: float | None = None
 
     def __post_init__(self) -> None:
         """The checks that need no model; a bad argument raises here, before any model is looked for."""
@@ -118,6 +125,8 @@ class EngineConfig:
             checked = check_int("max_model_len", self.max_model_len, minimum=2)
             object.__setattr__(self, "max_model_len", checked)  # (a numpy integer -> int)
         self._check_sizes()
+        if self.kv_offloading_size is not None:  # (the size of one block is checked once the model is known)
+            check_tier_size(self.kv_offloading_size)
 
     def _check_flags(self) -> None:
         """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
@@ -175,6 +184,9 @@ class EngineConfig:
         if hybrid and self.parallel_sampling == "fork":
             raise ValueError("parallel_sampling='fork': a model with sliding-window layers keeps one block "
                              "table per layer group and does not fork them; use parallel_sampling='prefix'")
+        if hybrid and self.kv_offloading_size is not None:
+            raise ValueError("kv_offloading_size: the CPU tier here keeps one full-attention group's blocks; "
+                             "this model has sliding-window layer groups (leave kv_offloading_size=None)")
         if hybrid and not self.enforce_eager:
             raise ValueError("enforce_eager=False: the compiled decode step takes one block table for every "
                              "layer; a model with sliding-window layers runs eagerly (enforce_eager=True)")

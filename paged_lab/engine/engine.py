@@ -50,6 +50,7 @@ from paged_lab.engine.request import EngineRequest, RequestTable
 from paged_lab.engine.sampling import sample
 from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
+from paged_lab.memory.offload.worker import OffloadTier
 from paged_lab.sched import Scheduler, Sequence
 
 
@@ -106,8 +107,12 @@ class LLM:
         self.enable_prefix_caching = cfg.enable_prefix_caching
         self.block_manager = groups.block_manager(self.num_blocks, cfg.block_size, cfg.enable_prefix_caching,
                                                   cfg.max_num_batched_tokens)
+        # a second tier in CPU memory (memory/offload/): its connector is the Scheduler's, its copies a step's
+        size = cfg.kv_offloading_size
+        self.offload = None if size is None else OffloadTier(self.kv, size)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs, mode="continuous",
-                                   preemption="recompute", max_num_batched_tokens=cfg.max_num_batched_tokens)
+                                   preemption="recompute", max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                   connector=self.offload and self.offload.connector)
 
     @property
     def timeline(self) -> list[dict]:
@@ -178,6 +183,9 @@ class LLM:
                 nxt += 1
             self.step()  # (an idle step when nobody has arrived yet)
             show_progress(bar, requests)
+        if self.offload:  # the tier's last stores done before the call returns (an error here aborts too)
+            with interrupts.atomic():
+                self.offload.drain(self.block_manager)
 
     def _add_request(self, text: str | None, ids: list[int], sp: SamplingParams) -> EngineRequest:
         """Queue one checked request: its first completion, and in "prefix" mode the n - 1 others."""
@@ -200,9 +208,13 @@ class LLM:
         with interrupts.atomic():
             try:
                 out = self.scheduler.schedule()
+                if self.offload:  # a second tier's copies (memory/offload/worker.py)
+                    self.offload.before_forward(out.kv_meta)
                 self.kv.copy_blocks(list(out.cow_copies))  # before any layer writes into the copies
                 batch = self.prepare_batch(out) if out.scheduled else None
                 logits = None if batch is None else self.run_model(batch)  # [num_sampled, vocab] or None
+                if self.offload:
+                    self.offload.after_forward(out.kv_meta)
                 finished = self.postprocess(out, batch, logits)
                 self.metrics.record_step(out, 0 if batch is None else batch.num_tokens, t0)
             except BaseException:
@@ -217,6 +229,8 @@ class LLM:
             req = self.requests[s.seq.seq_id]
             if s.is_prefill and req.num_cached_tokens is None and s.seq is req.seqs[0]:
                 req.num_cached_tokens = self.block_manager.num_cached_tokens(s.seq.seq_id)  # what it skipped
+                if self.offload:  # (and what the tier gave it: vLLM's PrefillStats adds both)
+                    req.num_cached_tokens += self.offload.connector.num_external_tokens(s.seq.seq_id)
         return prepare_batch(out.scheduled, self.block_manager, self.layer_groups, self.device)
 
     def run_model(self, batch: Batch) -> torch.Tensor | None:

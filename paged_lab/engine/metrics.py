@@ -177,6 +177,7 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "num_steps": llm.scheduler.step_count,
         "num_cow": first.stats.num_cow,
         **vllm_metric_names(bm.usage, first.stats, llm.scheduler.num_preemptions),
+        **(llm.offload.stats() if llm.offload else {"kv_offloading_size": None}),  # a second tier's counts
         **llm.metrics.counters,  # every request served: finished, aborted, prompt and generated tokens
         **llm.latency(),  # the latest EngineMetrics.REQUESTS_KEPT finished requests
         # the latest EngineMetrics.EVENTS_KEPT events of the block log(s), the latest TIMELINE_ROWS steps

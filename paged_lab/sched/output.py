@@ -35,6 +35,7 @@ class SchedulerOutput:
     preempted: list[Sequence] = field(default_factory=list)
     swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu_block, cpu_block)
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu_block, gpu_block)
+    kv_meta: object = None  # a second tier's transfers this step (memory/offload/connector.OffloadMeta)
 
     @property
     def num_batched_tokens(self) -> int:

@@ -55,13 +55,16 @@ class Scheduler(RequestControl):
 
     def __init__(self, allocator: KVCacheAllocator, max_num_seqs: int, mode: str = "continuous",
                  preemption: str = "recompute", max_num_batched_tokens: int | None = None,
-                 num_cpu_blocks: int | None = None, allocation: str = "v1"):
+                 num_cpu_blocks: int | None = None, allocation: str = "v1", connector=None):
         if allocator is None:
             raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
         for name, value, choices in (("mode", mode, MODES), ("preemption", preemption, PREEMPTION),
                                      ("allocation", allocation, ALLOCATION)):
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        if connector is not None and (allocation, preemption, mode) != ("v1", "recompute", "continuous"):
+            raise ValueError("connector: a second tier follows vLLM V1: allocation='v1', preemption="
+                             "'recompute', mode='continuous'")
         if preemption == "swap" and not getattr(allocator, "swappable", True):
             raise ValueError(f"preemption='swap' copies one block table per sequence to the CPU; "
                              f"{type(allocator).__name__} keeps one per layer group: use 'recompute'")
@@ -81,6 +84,10 @@ class Scheduler(RequestControl):
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (the last is preempted first)
         self.swapped: deque[Sequence] = deque()
+        # A second tier (``memory/offload/``, vLLM's KVConnector): hits looked up at admission, loaded
+        # while the request waits in ``loading`` (vLLM's kv_holding_waiting), stores offered every step.
+        self.connector = connector
+        self.loading: deque[Sequence] = deque()
         self.step_count = self.num_preemptions = 0
         self._live: dict = {}  # seq_id -> every sequence added and not finished yet
         self._last_out: SchedulerOutput | None = None  # what update() must be given next
@@ -126,11 +133,11 @@ class Scheduler(RequestControl):
                 f"lower max_tokens to <= {cap - n + 1} or enlarge the pool")
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
+        return bool(self.waiting or self.running or self.swapped or self.loading)
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.swapped)
+        return len(self.waiting) + len(self.running) + len(self.swapped) + len(self.loading)
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -145,6 +152,8 @@ class Scheduler(RequestControl):
             static_batch_busy = self.mode == "static" and self.running  # its free windows stay idle
             if not self.swapped and not static_batch_busy:
                 self._admit(out, budget)
+        if self.connector is not None:  # this step's loads and stores (vLLM: build_connector_meta)
+            out.kv_meta = self.connector.build_connector_meta(out.scheduled, self.allocator)
         self._last_out = out
         return out
 
@@ -225,35 +234,59 @@ class Scheduler(RequestControl):
         return budget
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        """Step 3: waiting sequences, first come first served, while windows and budget last."""
-        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
-            seq = self.waiting[0]
-            if not self._allocate_prompt(seq, budget):
+        """Step 3: waiting sequences, first come first served, while windows and budget last. With a second
+        tier, those holding blocks for a load go first, and one that must wait is skipped (vLLM)."""
+        skipped = {id(self.loading): deque(), id(self.waiting): deque()}
+        while (self.loading or self.waiting) and len(self.running) < self.max_num_seqs and budget > 0:
+            queue = self.loading or self.waiting
+            seq = queue[0]
+            external = 0 if self.connector is None else self.connector.admission(seq, self.allocator)
+            if external is None:  # its load, or a tier block it hits, is still in flight
+                skipped[id(queue)].appendleft(queue.popleft())
+                continue
+            if not self._allocate_prompt(seq, budget, external):
                 break  # first come, first served: nobody overtakes the head
-            self.waiting.popleft()
+            queue.popleft()
+            if external:  # its hit is loaded from the tier: it waits in ``loading`` until then
+                self.connector.after_alloc(seq, self.allocator, external)
+                skipped[id(self.loading)].appendleft(seq)
+                continue
             self._start_running(seq, out)
             budget -= self._schedule_tokens(seq, self._num_new_tokens(seq, budget), out)
+        self.loading.extendleft(skipped[id(self.loading)])  # (in their order, in front: vLLM)
+        self.waiting.extendleft(skipped[id(self.waiting)])
 
-    def _allocate_prompt(self, seq: Sequence, budget: int) -> bool:
-        """Blocks for a waiting ``seq``, or False (nothing changed) when it must wait."""
+    def _allocate_prompt(self, seq: Sequence, budget: int, external: int = 0) -> bool:
+        """Blocks for a waiting ``seq``, or False (nothing changed) when it must wait. ``external``: tokens
+        after its prefix-cache hit to load from a second tier (they get blocks, nothing computes now)."""
+        held = self.allocator.num_tokens(seq.seq_id) if seq.seq_id in self.allocator else None
         # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
-        # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
-        if not self.allocator.can_allocate(seq.token_ids):
+        # full_sequence_must_fit); a recomputed sequence prefills its outputs too. One whose tier load is
+        # done holds blocks for its hit already: the rest must fit.
+        if not (self.allocator.can_allocate(seq.token_ids) if held is None
+                else self.allocator.can_append(seq.seq_id, len(seq) - held)):
             return False
         # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
         # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
         # nobody is admitted). The prompt length tells a window group which blocks to cache.
         try:
-            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
-                                    max_new_tokens=budget if self.allocation == "v1" else None,
-                                    num_prompt_tokens=seq.num_prompt_tokens)  # v1: what this step computes
+            if held is not None:
+                end = seq.num_computed_tokens + self._num_new_tokens(seq, budget)
+                self.allocator.append_tokens(seq.seq_id, seq.token_ids[held:end])
+            else:  # v1: what this step computes (or the tier's hit, to load)
+                slots_now = external or (budget if self.allocation == "v1" else None)
+                self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                        max_new_tokens=slots_now, num_prompt_tokens=seq.num_prompt_tokens)
         except OutOfBlocks:  # (nothing changed)
             return False
         return True
 
     def _start_running(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """``seq`` was admitted: its prefill starts after its prefix-cache hit."""
-        seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)
+        """``seq`` was admitted: its prefill starts after its prefix-cache hit (and a tier's load)."""
+        if not seq.num_computed_tokens:  # (a tier's load set it already)
+            seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)
+            if self.connector is not None:  # the lookup counts, with no tier hit
+                self.connector.after_alloc(seq, self.allocator, 0)
         seq.num_prefill_tokens = len(seq)  # after a recompute preemption: its outputs too
         seq.status = RUNNING
         if seq.first_scheduled_step is None:
@@ -285,6 +318,8 @@ class Scheduler(RequestControl):
             raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
                              f"that sample this step (out.sampling)")
         self._last_out = None
+        if self.connector is not None:  # the worker's report: this step's loads, last step's stores
+            self.connector.update_connector_output(out.kv_meta)
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
@@ -310,3 +345,5 @@ class Scheduler(RequestControl):
         self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
         self._live.pop(seq.seq_id, None)
+        if self.connector is not None:
+            self.connector.request_finished(seq)

@@ -17,8 +17,10 @@ from typing import NamedTuple
 import numpy as np
 
 from paged_lab import _interrupts as interrupts
+from paged_lab._checks import check_int
 from paged_lab.memory import BlockManager
 from paged_lab.memory.allocator import KVCacheAllocator
+from paged_lab.memory.offload import CPUOffloadingManager, OffloadingConnector
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
 from paged_lab.sim.latency import latency_summary, token_gaps
@@ -111,8 +113,10 @@ def slot_map(allocator: KVCacheAllocator, names: Mapping) -> list[tuple[str | No
     return out
 
 
-def _make_scheduler(allocator, scheduler) -> Scheduler:
+def _make_scheduler(allocator, scheduler, kv_offloading_blocks: int | None = None) -> Scheduler:
     if isinstance(scheduler, Scheduler):
+        if kv_offloading_blocks is not None:
+            raise ValueError("kv_offloading_blocks: give the Scheduler you pass its connector instead")
         if allocator is not None and allocator is not scheduler.allocator:
             raise ValueError("allocator: pass it either alone or inside scheduler, not two different ones")
         sched = scheduler
@@ -125,6 +129,9 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
             raise TypeError("scheduler must be a Scheduler or a dict of its arguments, got "
                             f"{type(scheduler).__name__}")
         kwargs = {"max_num_seqs": 256, **scheduler}
+        if kv_offloading_blocks is not None:  # a second tier of that many blocks (memory/offload/)
+            tier = CPUOffloadingManager(check_int("kv_offloading_blocks", kv_offloading_blocks, minimum=1))
+            kwargs["connector"] = OffloadingConnector(tier, allocator.block_size)
         sched = Scheduler(allocator, **kwargs)
     if sched.has_unfinished() or sched.step_count or sched.allocator.seq_ids:
         raise ValueError("scheduler: simulate() needs a fresh Scheduler and an empty allocator")
@@ -133,7 +140,7 @@ def _make_scheduler(allocator, scheduler) -> Scheduler:
 
 def simulate(workload: Workload | list[Request], allocator=None, scheduler=None, *,
              max_steps: int | None = None, record_slots: bool = False,
-             record_chunks: bool = False) -> SimResult:
+             record_chunks: bool = False, kv_offloading_blocks: int | None = None) -> SimResult:
     """Run ``workload`` through a Scheduler over ``allocator`` until every request finishes.
 
     ``allocator``: a fresh BlockManager (paged) or ContiguousAllocator (the old manager).
@@ -147,11 +154,15 @@ def simulate(workload: Workload | list[Request], allocator=None, scheduler=None,
     A Ctrl-C (SIGINT, main thread) lets the step in progress finish, then raises KeyboardInterrupt
     (``paged_lab._interrupts``): the scheduler and the allocator are left whole, between two steps.
 
+    ``kv_offloading_blocks``: a second tier in CPU memory of that many blocks (the engine's
+    ``kv_offloading_size`` in GiB, counted in blocks: no model, no bytes), the engine's connector
+    (``memory/offload/``); the summary then counts ``external_prefix_cache_queries`` / ``_hits``.
+
     Requests join the queue at their ``arrival_step``; the summary's latency (``ttft_steps_p90``, ``itl_...``,
     ``e2e_...``; p50/p90/p99, in steps) is defined in ``paged_lab.sim.latency``.
     """
     reqs = list(workload)
-    sched = _make_scheduler(allocator, scheduler)
+    sched = _make_scheduler(allocator, scheduler, kv_offloading_blocks)
     total_slots = sched.allocator.num_blocks * sched.allocator.block_size
     arrivals = deque(_sequences(reqs))  # (arrival step, Sequence), in arrival order
     max_steps = _default_max_steps(reqs) if max_steps is None else max_steps
@@ -294,6 +305,7 @@ def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
         "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
         "num_preemptions": sched.num_preemptions,
         "blocks_swapped": sched.swap_space.num_blocks_moved,  # out + in
+        **_tier_summary(sched.connector),
         "prefill_tokens": sum(cols["prefill_tokens"]),  # prompt tokens computed (cache hits skipped)
         "peak_running": max(cols["running"], default=0),
         # Over the whole run: slots holding tokens / slots reserved (time-weighted).
@@ -308,3 +320,13 @@ def paged(num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = F
     """A BlockManager for simulations (no event log by default: that is what costs the time)."""
     return BlockManager(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching,
                         record_events=record_events)
+
+
+def _tier_summary(connector) -> dict:
+    """A second tier's counts (vLLM's metric names), or nothing without one."""
+    if connector is None:
+        return {}
+    return {"external_prefix_cache_queries": connector.external_prefix_cache_queries,
+            "external_prefix_cache_hits": connector.external_prefix_cache_hits,
+            "tier_loaded_blocks": connector.num_loaded_blocks,
+            "tier_stored_blocks": connector.num_stored_blocks}
