@@ -54,15 +54,18 @@ class SpeculativeConfig:
         k = check_int(
             "speculative_config['num_speculative_tokens']", config["num_speculative_tokens"], minimum=1
         )
-        hi, lo = config.get("prompt_lookup_max"), config.get("prompt_lookup_min")
+        hi, lo = (
+            None
+            if config.get(key) is None
+            else check_int(f"speculative_config[{key!r}]", config[key], minimum=1)
+            for key in ("prompt_lookup_max", "prompt_lookup_min")
+        )
         if hi is None and lo is None:
             hi = lo = DEFAULT_LOOKUP
         hi, lo = (
             (lo if hi is None else hi),
             (hi if lo is None else lo),
         )  # one given: the other takes its value
-        hi = check_int("speculative_config['prompt_lookup_max']", hi, minimum=1)
-        lo = check_int("speculative_config['prompt_lookup_min']", lo, minimum=1)
         if lo > hi:
             raise ValueError(f"speculative_config: prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
         return cls(k, hi, lo)
