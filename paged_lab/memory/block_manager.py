@@ -370,13 +370,9 @@ class BlockManager:
         """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
         prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing: raises OutOfBlocks,
         changing nothing, when the free blocks are too few. Returns a CowAction when the partly filled last
-        block was shared and had to be copied first.
-
-        ``num_lookahead_tokens``: slots for that many positions after them whose tokens are not verified
-        (speculative drafts, ``engine/spec_decode``): they get blocks (a "draft" event) but no token and no
-        hash, so no block of theirs is ever cached; blocks they leave unused stay in the table for the next
-        tokens (vLLM: ``allocate_slots(num_new_tokens)`` counts the drafts, ``cache_blocks`` stops at
-        ``request.num_tokens``)."""
+        block was shared and had to be copied first. ``num_lookahead_tokens``: slots (a "draft" event), no
+        token and no hash, for that many unverified positions after them (speculative drafts: never cached;
+        a block they leave unused stays in the table for the next tokens, as in vLLM)."""
         s = self._seq(seq_id)
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
         ahead = check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0, error=InvalidArgument)
@@ -398,10 +394,9 @@ class BlockManager:
         self._used_slots += len(token_ids) + copied
         if self.record_events:  # the blocks the tokens went to: the last one if it had room, and the new ones
             n, bs = len(s.token_ids), self.block_size
-            if token_ids:
-                self._emit("append", seq_id, s.table[(n - len(token_ids)) // bs:self.blocks_for(n)], n)
-            if ahead:
-                self._emit("draft", seq_id, s.table[n // bs:self.blocks_for(n + ahead)], n + ahead)
+            for kind, a, b in (("append", n - len(token_ids), n), ("draft", n, n + ahead)):
+                if b > a:  # (the tokens' blocks, then the drafts')
+                    self._emit(kind, seq_id, s.table[a // bs:self.blocks_for(b)], b)
         if new_hashes:  # the tokens filled blocks: later prompts may reuse them
             s.hashes.extend(new_hashes)
             self._cache_full_blocks(s, seq_id, len(s.token_ids))
