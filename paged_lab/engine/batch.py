@@ -30,7 +30,7 @@ class Batch:
     positions: torch.Tensor  # int64 [num_tokens]: each token's position in its sequence
     meta: AttentionMetadata | list  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], ...;
     # layer groups: one per layer (each its group's)
-    sample_rows: list[int]  # [num_sampled]: the row of each sampled sequence's last query token
+    sample_rows: list[int]  # the row of each sampled sequence's last query token (drafts: 1 + k rows)
     sample_seqs: list[Sequence]  # [num_sampled]: the sequence each of those rows samples for
 
     @property
