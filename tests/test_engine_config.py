@@ -10,14 +10,15 @@ from test_engine_phases import PROMPTS, _tiny_llama, _Tok  # the same 2-layer ra
 from paged_lab.engine import LLM, EngineConfig, SamplingParams
 
 # LLM's arguments and defaults before EngineConfig held them (paged_lab/engine/engine.py at 0f89e31), and
-# issue 39's kv_offloading_size since
+# issue 39's kv_offloading_size and issue 40's speculative_config since
 DEFAULTS = {"model": "smollm2-135m", "tokenizer": None, "dtype": "float32", "block_size": 16,
             "num_kv_blocks": None, "kv_cache_memory": None, "max_num_seqs": 32,
             "max_num_batched_tokens": 4096, "enable_prefix_caching": True, "kv_cache_dtype": "auto",
             "attention_backend": "auto", "preemption": "recompute", "device": None, "max_model_len": None,
             "parallel_sampling": "prefix", "cpu_prepack": None, "enforce_eager": True, "compile_sizes": None,
             "compile_progress": True,
-            "kv_offloading_size": None}  # (issue 39: a second KV tier, off by default)
+            "kv_offloading_size": None,  # (issue 39: a second KV tier, off by default)
+            "speculative_config": None}  # (issue 40: no drafts by default)
 
 
 def test_llm_shows_every_argument_with_its_old_default():

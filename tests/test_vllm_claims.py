@@ -21,6 +21,7 @@ INDEX = ROOT / "tests" / "data" / "vllm_source_index.json"
 TRACES = ROOT / "tests" / "data" / "vllm_v1_traces.json"
 HYBRID_TRACES = ROOT / "tests" / "data" / "vllm_v1_hybrid_traces.json"
 OFFLOAD_TRACES = ROOT / "tests" / "data" / "vllm_offload_traces.json"
+SPEC_TRACES = ROOT / "tests" / "data" / "vllm_v1_spec_traces.json"
 NOTEBOOKS = ROOT / "notebooks"
 REINDEX = ("re-index the cited vLLM files: make vllm-index (it runs scripts/index_vllm_source.py under the "
            "vLLM venv, make vllm-venv; VLLM_VENV=/path reuses one) and commit "
@@ -121,10 +122,10 @@ def english_cells() -> dict[tuple[str, str], str]:
 
 
 def load_traces() -> dict:
-    """The scheduler traces; a row's "trace:" may also name a scenario of the hybrid (two-group) traces or of
-    the CPU offloading traces (tests/test_vllm_offload_parity.py)."""
+    """The scheduler traces; a row's "trace:" may also name a scenario of the hybrid (two-group), the CPU
+    offloading (tests/test_vllm_offload_parity.py) or the speculative (n-gram drafts) traces."""
     traces = json.loads(TRACES.read_text(encoding="utf-8"))
-    for more in (HYBRID_TRACES, OFFLOAD_TRACES):
+    for more in (HYBRID_TRACES, OFFLOAD_TRACES, SPEC_TRACES):
         traces["scenarios"] += json.loads(more.read_text(encoding="utf-8"))["scenarios"]
     return traces
 

@@ -30,7 +30,7 @@ class Batch:
     positions: torch.Tensor  # int64 [num_tokens]: each token's position in its sequence
     meta: AttentionMetadata | list  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], ...;
     # layer groups: one per layer (each its group's)
-    sample_rows: list[int]  # [num_sampled]: the row of each sampled sequence's last query token
+    sample_rows: list[int]  # the row of each sampled sequence's last query token (drafts: 1 + k rows)
     sample_seqs: list[Sequence]  # [num_sampled]: the sequence each of those rows samples for
 
     @property
@@ -55,7 +55,7 @@ def prepare_batch(scheduled, block_manager, groups: LayerGroups, device: torch.d
     sample_rows, sample_seqs = [], []
     for s in scheduled:
         seq = s.seq
-        input_ids += seq.token_ids[s.start:s.end]
+        input_ids += s.token_ids  # (and the drafts it verifies: speculative decoding)
         positions += range(s.start, s.end)
         for g, group_slots in groups.slots(block_manager, seq.seq_id, s.start, s.end).items():
             slots[g] += group_slots
@@ -64,7 +64,7 @@ def prepare_batch(scheduled, block_manager, groups: LayerGroups, device: torch.d
         ctx_lens.append(s.end)
         qsl.append(qsl[-1] + s.num_tokens)
         if s.samples:  # every known token computed -> sample the next one from the last position
-            sample_rows.append(qsl[-1] - 1)
+            sample_rows += range(qsl[-1] - 1 - len(s.spec_token_ids), qsl[-1])  # (and one per draft)
             sample_seqs.append(seq)
     n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
     metas = {g.name: attention_metadata(slots[g.name], tables[g.name], ctx_lens, qsl, n_decode, device,

@@ -22,6 +22,7 @@ from paged_lab import kernels
 from paged_lab._checks import check_int, check_positive
 from paged_lab.engine.kv_cache import resolve_kv_cache_dtype
 from paged_lab.engine.parallel_sampling import PARALLEL_SAMPLING
+from paged_lab.engine.spec_decode.config import SpeculativeConfig
 from paged_lab.kv_math import canonical_dtype
 from paged_lab.memory.offload.worker import check_tier_size
 
@@ -80,6 +81,10 @@ class EngineConfig:
         request whose prefix the GPU pool has lost loads it back instead of recomputing it
         (``stats()["external_prefix_cache_hits"]``). None (the default): no tier. Not for a model with
         sliding-window layers.
+    speculative_config: None, or vLLM's ``{"method": "ngram", "num_speculative_tokens": k,
+        "prompt_lookup_max": M, "prompt_lookup_min": m}`` (``engine.spec_decode``): each step drafts up to
+        k tokens from the request's own n-grams and verifies them in the same forward; greedy outputs are
+        unchanged. Needs parallel_sampling="prefix" and a full-attention model.
     """
 
     model: Any = "smollm2-135m"
@@ -102,6 +107,7 @@ class EngineConfig:
     compile_sizes: tuple[int, ...] | None = None
     compile_progress: bool = True
     kv_offloading_size: float | None = None
+    speculative_config: dict | None = None
 
     def __post_init__(self) -> None:
         """The checks that need no model; a bad argument raises here, before any model is looked for."""
@@ -127,6 +133,11 @@ class EngineConfig:
         self._check_sizes()
         if self.kv_offloading_size is not None:  # (the size of one block is checked once the model is known)
             check_tier_size(self.kv_offloading_size)
+        spec = SpeculativeConfig.of(self.speculative_config)  # (a SpeculativeConfig from here on)
+        if spec is not None and self.parallel_sampling != "prefix":
+            raise ValueError(f"speculative_config needs parallel_sampling='prefix' (vLLM V1's), got "
+                             f"{self.parallel_sampling!r}")
+        object.__setattr__(self, "speculative_config", spec)
 
     def _check_flags(self) -> None:
         """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
@@ -187,6 +198,9 @@ class EngineConfig:
         if hybrid and self.kv_offloading_size is not None:
             raise ValueError("kv_offloading_size: the CPU tier here keeps one full-attention group's blocks; "
                              "this model has sliding-window layer groups (leave kv_offloading_size=None)")
+        if hybrid and self.speculative_config is not None:
+            raise ValueError("speculative_config: this model has sliding-window layer groups; speculative "
+                             "decoding runs on full-attention models only here")
         if hybrid and not self.enforce_eager:
             raise ValueError("enforce_eager=False: the compiled decode step takes one block table for every "
                              "layer; a model with sliding-window layers runs eagerly (enforce_eager=True)")

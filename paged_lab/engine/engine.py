@@ -48,6 +48,7 @@ from paged_lab.engine.parallel_sampling import ParallelSampling
 from paged_lab.engine.params import RequestOutput, SamplingParams
 from paged_lab.engine.request import EngineRequest, RequestTable
 from paged_lab.engine.sampling import sample
+from paged_lab.engine.spec_decode import SpecDecode
 from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.memory.offload.worker import OffloadTier
@@ -89,6 +90,9 @@ class LLM:
         self.parallel = ParallelSampling(cfg.parallel_sampling, self.scheduler, self.requests,
                                          self.eos_token_ids, self.device)
         self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids, self.requests)
+        spec = cfg.speculative_config  # engine/spec_decode: n-gram drafts, verified in the forward
+        self.spec_decode = None if spec is None else SpecDecode(spec, self.max_model_len, self.block_manager,
+                                                                self.eos_token_ids, self.outputs.decode)
         self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
         if not cfg.enforce_eager:
             self.compiled = self._compile(cfg.compile_sizes, progress=cfg.compile_progress)
@@ -254,12 +258,15 @@ class LLM:
         from parents that just sampled their first token, and apply the engine's own stops."""
         if logits is None:
             return list(self.scheduler.update(out, []))
-        seqs = batch.sample_seqs
-        sampled = self._sample(logits, seqs)
+        seqs, spec = batch.sample_seqs, self.spec_decode
+        sampled = (spec.verify(logits, [s for s in batch.scheduled if s.samples], self.requests) if spec
+                   else self._sample(logits, seqs))
         if len(seqs) > 1:  # back to the scheduler's order
             token_of = {seq.seq_id: t for seq, t in zip(seqs, sampled)}
             sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
         finished = list(self.scheduler.update(out, sampled))
+        if spec:
+            spec.propose(seqs)  # the next step's drafts
         finished += self.parallel.fork_children(logits, seqs)  # ("fork" mode only)
         stopped = self.outputs.stopped(self.parallel.with_new_children(seqs))  # stop strings, extra EOS
         for seq in stopped:

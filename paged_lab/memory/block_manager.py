@@ -88,7 +88,7 @@ class BlockManager(BlockTables, EventLog):
     def _append_plan(self, s: SequenceBlocks, num_tokens: int) -> tuple[int, bool]:
         """(new blocks that ``num_tokens`` more tokens open, whether the last block must be copied first:
         some of them go into it while it is partly filled and shared)."""
-        room = -len(s.token_ids) % self.block_size  # free slots left in the last block
+        room = len(s.table) * self.block_size - len(s.token_ids)  # free slots left (drafts' blocks included)
         new_blocks = cdiv(num_tokens - room, self.block_size) if num_tokens > room else 0
         return new_blocks, room > 0 and num_tokens > 0 and self.pool.refcounts[s.table[-1]] > 1
 
@@ -206,16 +206,19 @@ class BlockManager(BlockTables, EventLog):
         prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
         return self.append_tokens(seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
 
-    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
+    def append_tokens(self, seq_id, token_ids: Sequence[int],
+                      num_lookahead_tokens: int = 0) -> CowAction | None:
         """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
         prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing: raises OutOfBlocks,
         changing nothing, when the free blocks are too few. Returns a CowAction when the partly filled last
-        block was shared and had to be copied first."""
+        block was shared and had to be copied first. ``num_lookahead_tokens``: slots ("draft"), no token, no
+        hash, for that many draft positions after them (a block they leave unused stays, as in vLLM)."""
         s = self._seq(seq_id)
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
-        if not token_ids:
+        ahead = check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0, error=InvalidArgument)
+        if not token_ids and not ahead:
             return None
-        new_blocks, copy_tail = self._append_plan(s, len(token_ids))
+        new_blocks, copy_tail = self._append_plan(s, len(token_ids) + ahead)
         free = self.pool.num_free_blocks
         if new_blocks + copy_tail > free:
             cow = " (with a copy-on-write of its shared last block)" if copy_tail else ""
@@ -227,9 +230,10 @@ class BlockManager(BlockTables, EventLog):
         for _ in range(new_blocks):  # the blocks these tokens open
             s.table.append(self._take_block(seq_id))
         s.token_ids.extend(token_ids)
-        if self.record_events:  # the blocks the tokens went to: the last one if it had room, and the new ones
-            first_touched = (len(s.token_ids) - len(token_ids)) // self.block_size
-            self._emit("append", seq_id, s.table[first_touched:], len(s.token_ids))
+        n, bs = len(s.token_ids), self.block_size  # the blocks the tokens went to, then the drafts' blocks
+        for kind, a, b in (("append", n - len(token_ids), n), ("draft", n, n + ahead)):
+            if b > a and self.record_events:
+                self._emit(kind, seq_id, s.table[a // bs:self.blocks_for(b)], b)
         if new_hashes:  # the tokens filled blocks: later prompts may reuse them
             s.hashes.extend(new_hashes)
             self._cache_full_blocks(s, seq_id, len(s.token_ids))

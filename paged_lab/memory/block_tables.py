@@ -76,7 +76,8 @@ class BlockTables(PagedPoolSlots):
         block of a table is full), a last block that forked tables share counted once. (A table an interrupt
         left empty, mid-``allocate``, counts none: the engine resets the manager after the step.)"""
         bs = self.block_size
-        return sum({s.table[-1]: -len(s.token_ids) % bs for s in self._seqs.values() if s.table}.values())
+        return sum({s.table[-1]: len(s.table) * bs - len(s.token_ids) for s in self._seqs.values()
+                    if s.table}.values())  # (a table may hold blocks for drafts past its last token)
 
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._seqs

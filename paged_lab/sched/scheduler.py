@@ -171,8 +171,9 @@ class Scheduler(RequestControl):
         return budget
 
     def _num_new_tokens(self, seq: Sequence, budget: int) -> int:
-        """What ``seq`` computes this step: its prefill's next chunk, or its token sampled last step."""
-        return min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+        """What ``seq`` computes this step: its prefill's next chunk, or its token sampled last step (and
+        the draft tokens after it: speculative decoding, ``engine/spec_decode``)."""
+        return min(len(seq.token_ids) + len(seq.spec_token_ids) - seq.num_computed_tokens, budget)
 
     def _reserve_slots(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Slots for the next ``num_new`` tokens of ``seq``: those that have none yet get one (a decode's
@@ -181,12 +182,14 @@ class Scheduler(RequestControl):
         always makes progress. Returns False when ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
+        drafts = end - len(seq.token_ids)  # draft positions get slots, not tokens (vLLM: in num_new_tokens)
+        ahead = {"num_lookahead_tokens": drafts} if drafts > 0 else {}
         # A sliding-window layer group gives back the blocks before its window first, so this step can reuse
         # them (vLLM: ``remove_skipped_blocks`` in ``allocate_slots``; nothing happens for full attention).
         self.allocator.remove_skipped_blocks(seq.seq_id, seq.num_computed_tokens)
         while True:
             try:
-                cow = self.allocator.append_tokens(seq.seq_id, new_tokens)
+                cow = self.allocator.append_tokens(seq.seq_id, new_tokens, **ahead)
             except OutOfBlocks:  # nothing changed (every allocator operation is all-or-nothing)
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -202,6 +205,7 @@ class Scheduler(RequestControl):
         else drop them and queue ``seq`` at the front to be prefilled again (recompute)."""
         seq.num_preemptions += 1
         self.num_preemptions += 1
+        seq.spec_token_ids = []  # its drafts are dropped (as vLLM's _preempt_request)
         out.preempted.append(seq)
         copies = None
         if self.preemption == "swap" and seq.num_computed_tokens >= seq.num_prefill_tokens:  # not mid-prefill
@@ -302,15 +306,18 @@ class Scheduler(RequestControl):
         find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
         start = seq.num_computed_tokens
         end = start + num_new
-        self.allocator.cache_blocks(seq.seq_id, end)
-        is_prefill, samples = start < seq.num_prefill_tokens, end == len(seq.token_ids)
-        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples))
+        self.allocator.cache_blocks(seq.seq_id, min(end, len(seq.token_ids)))  # never a draft (as vLLM)
+        is_prefill, samples = start < seq.num_prefill_tokens, end >= len(seq.token_ids)
+        spec, seq.spec_token_ids = seq.spec_token_ids[:max(0, end - len(seq.token_ids))], []  # (as vLLM)
+        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples, tuple(spec)))
         return num_new
 
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
         """Record this step: mark KV computed and append one sampled token per entry of
-        ``out.sampling`` (in that order). Returns the sequences that finished this step."""
+        ``out.sampling`` (in that order). Returns the sequences that finished this step. An entry with
+        drafts gets a list: its accepted drafts and one more token; its rejected drafts do not count as
+        computed (vLLM: ``num_computed_tokens -= num_rejected``)."""
         if out is not self._last_out:  # (every check before any change)
             raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
         sampled, sampling = list(sampled_token_ids), out.sampling
@@ -323,11 +330,17 @@ class Scheduler(RequestControl):
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
-        finished = [entry.seq for entry, token in zip(sampling, sampled)
-                    if entry.seq.status is RUNNING and self._append_sampled(entry.seq, token, out.step)]
+        finished = [entry.seq for entry, tokens in zip(sampling, sampled)
+                    if entry.seq.status is RUNNING and self._append_verified(entry, tokens, out.step)]
         if finished:
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished
+
+    def _append_verified(self, entry, tokens, step: int) -> bool:
+        """Roll back ``entry``'s rejected drafts, then append its tokens (one or a list) up to a finish."""
+        tokens = tokens if isinstance(tokens, list) else [tokens]
+        entry.seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(tokens)
+        return any(self._append_sampled(entry.seq, t, step) for t in tokens)
 
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
