@@ -1,0 +1,83 @@
+"""paged_lab.viz.spec_decode: the step figure's four rows say what each slot holds, the playground's
+axes hold still, and the readout's numbers are the replay's."""
+
+import pytest
+
+from paged_lab.engine.spec_decode.speedup import ReplayStep, expected_tokens_per_step
+from paged_lab.viz.spec_decode import (
+    KINDS,
+    SpecStepView,
+    _stage_kinds,
+    fig_expected_tokens,
+    fig_sampled_shares,
+    fig_spec_replay,
+    fig_spec_step,
+    replay_totals,
+    spec_replay_readout,
+)
+
+# 13 tokens computed, the 14th pending, 3 drafts in blocks of 4: positions 13 (last), 14-16 (drafts)
+VIEW = SpecStepView(block_size=4, block_table=(7, 1, 3, 5, 2), num_computed_tokens=13,
+                    draft_token_ids=(11, 12, 13), num_accepted=2, target_token_id=99)
+
+
+def test_each_row_says_what_each_slot_holds():
+    draft, verify, accept, rollback = _stage_kinds(VIEW)
+    assert draft[:13] == ["verified"] * 13 and draft[13:17] == ["last slot"] + ["draft slot"] * 3
+    assert verify[13:17] == ["last", "draft", "draft", "draft"]
+    assert accept[13:17] == ["verified", "accepted", "accepted", "rejected"]
+    assert rollback[:16] == ["verified"] * 16 and rollback[16] == "stale"
+    assert all(row[17:] == ["empty"] * 3 for row in (draft, verify, accept, rollback))
+    assert VIEW.num_computed_after == 16
+    assert VIEW.blocks_of_rejected_only == [2]       # block 2 holds only the rejected draft: vLLM keeps it
+
+
+def test_the_step_figure_draws_every_slot_of_the_drawn_blocks_in_each_row():
+    fig = fig_spec_step(VIEW, max_blocks=2)          # blocks 5 and 2: 8 slots in each of 4 rows
+    assert sum(len(t.x) for t in fig.data) == 4 * 8
+    assert {t.name for t in fig.data} == {name for _, name in KINDS.values()}
+    ticks = fig.layout.yaxis.ticktext
+    assert ticks[-1].startswith("1 · draft 3") and "accept 2 of 3; the target picks 99" in ticks[1]
+    assert ticks[0] == "4 · roll back: num_computed_tokens = 16; block 2 stays"
+    assert [a.text for a in fig.layout.annotations] == ["block 5", "block 2", "(+3 earlier)"]
+    whole = fig_spec_step(VIEW)
+    assert sum(len(t.x) for t in whole.data) == 4 * 4 * 4  # the last 4 blocks by default
+
+
+def test_a_view_that_cannot_be_refuses_with_the_limit():
+    with pytest.raises(ValueError, match=r"num_accepted must be in \[0, 3\]"):
+        SpecStepView(4, (7, 1, 3, 5, 2), 13, (11, 12, 13), 4, 99)
+    with pytest.raises(ValueError, match="block_table holds 16 slots, fewer than"):
+        SpecStepView(4, (7, 1, 3, 5), 13, (11, 12, 13), 2, 99)
+
+
+REPLAYS = {"repetitive": {1: [ReplayStep(0, 0, 1), ReplayStep(1, 1, 2), ReplayStep(1, 0, 1)],
+                          2: [ReplayStep(0, 0, 1), ReplayStep(2, 2, 3)]},
+           "random text": {1: [ReplayStep(0, 0, 1)] + [ReplayStep(1, 0, 1)] * 3,
+                           2: [ReplayStep(0, 0, 1)] + [ReplayStep(0, 0, 1)] * 3}}
+
+
+def test_the_playground_holds_its_axes_and_its_readout_counts_the_replay():
+    figs = [fig_spec_replay(k, kind, REPLAYS) for kind in REPLAYS for k in (1, 2)]
+    assert len({tuple(f.layout.xaxis.range) for f in figs}) == 1 and figs[0].layout.xaxis.range == (0.5, 4.5)
+    assert len({tuple(f.layout.yaxis.range) for f in figs}) == 1
+    rep = figs[0]
+    assert [list(t.y) for t in rep.data] == [[1, 1, 1], [0, 1, 0], [0, 0, 1]]
+    assert replay_totals(REPLAYS["repetitive"][1]) == {"steps": 3, "tokens": 4, "drafts": 2, "accepted": 1}
+    lines = spec_replay_readout(None, 1, "repetitive", REPLAYS)
+    assert lines[0] == "2 drafts verified, 1 accepted: acceptance rate 50%"
+    assert lines[1] == "3 steps instead of 4: 1.33 tokens per step, 25% fewer steps"
+    assert lines[2] == "1 KV slots written for rejected drafts and rolled back"
+    with pytest.raises(ValueError, match="no replay for prompt_kind='code', k=1"):
+        fig_spec_replay(1, "code", REPLAYS)
+
+
+def test_the_expected_tokens_figure_draws_the_formula():
+    fig = fig_expected_tokens(ks=(1, 3), points=11, marked={"measured": (0.5, 1.8)})
+    line = fig.data[1]
+    assert line.name == "k = 3" and line.y[5] == expected_tokens_per_step(0.5, 3) and line.y[-1] == 4
+    assert fig.data[2].x == (0.5,)
+    shares = fig_sampled_shares([0.5, 0.5], {"sampled": [0.49, 0.51]})
+    assert [t.name for t in shares.data] == ["target p", "sampled"]
+    with pytest.raises(ValueError, match="has 1 entries, the target 2"):
+        fig_sampled_shares([0.5, 0.5], {"bad": [1.0]})
