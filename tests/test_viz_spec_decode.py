@@ -14,11 +14,12 @@ from paged_lab.viz.spec_decode import (
     fig_spec_step,
     replay_totals,
     spec_replay_readout,
+    spec_steps,
 )
 
 # 13 tokens computed, the 14th pending, 3 drafts in blocks of 4: positions 13 (last), 14-16 (drafts)
 VIEW = SpecStepView(block_size=4, block_table=(7, 1, 3, 5, 2), num_computed_tokens=13,
-                    draft_token_ids=(11, 12, 13), num_accepted=2, target_token_id=99)
+                    num_drafts=3, num_accepted=2, target_token_id=99)
 
 
 def test_each_row_says_what_each_slot_holds():
@@ -46,9 +47,9 @@ def test_the_step_figure_draws_every_slot_of_the_drawn_blocks_in_each_row():
 
 def test_a_view_that_cannot_be_refuses_with_the_limit():
     with pytest.raises(ValueError, match=r"num_accepted must be in \[0, 3\]"):
-        SpecStepView(4, (7, 1, 3, 5, 2), 13, (11, 12, 13), 4, 99)
+        SpecStepView(4, (7, 1, 3, 5, 2), 13, 3, 4, 99)
     with pytest.raises(ValueError, match="block_table holds 16 slots, fewer than"):
-        SpecStepView(4, (7, 1, 3, 5), 13, (11, 12, 13), 2, 99)
+        SpecStepView(4, (7, 1, 3, 5), 13, 3, 2, 99)
 
 
 REPLAYS = {"repetitive": {1: [ReplayStep(0, 0, 1), ReplayStep(1, 1, 2), ReplayStep(1, 0, 1)],
@@ -81,3 +82,25 @@ def test_the_expected_tokens_figure_draws_the_formula():
     assert [t.name for t in shares.data] == ["target p", "sampled"]
     with pytest.raises(ValueError, match="has 1 entries, the target 2"):
         fig_sampled_shares([0.5, 0.5], {"bad": [1.0]})
+
+
+def _log():
+    """A hand-built log in the engine's format (docs: w40core's events): request A, blocks of 4, a prompt
+    of 6 tokens, then one step that drafts 3 and accepts 2; request B around it."""
+    from paged_lab.memory import Event
+
+    rows = [("allocate", "A", (7, 1), 6, 1), ("allocate", "B", (2,), 3, 1),
+            ("append", "A", (1,), 7, 2),          # the pending token: 7 known
+            ("draft", "A", (1, 3), 10, 2),        # positions 7, 8, 9 get slots: block 3 is new
+            ("append", "B", (2,), 4, 2),
+            ("verify", "A", (1, 3), 10, 2),
+            ("accept", "A", (1, 3), 9, 2),        # positions 7 and 8 accepted
+            ("rollback", "A", (3,), 9, 2)]        # position 9 rejected: not counted as computed
+    return [Event(i, kind, sid, blocks, n, clock=clock)
+            for i, (kind, sid, blocks, n, clock) in enumerate(rows)]
+
+
+def test_the_steps_with_drafts_are_read_from_the_event_log():
+    steps = spec_steps(_log(), "A")
+    assert steps == [{"clock": 2, "at": 3, "num_tokens": 7, "num_drafts": 3, "num_accepted": 2}]
+    assert spec_steps(_log(), "B") == []

@@ -14,12 +14,13 @@ Nothing here runs a model or a manager.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
 from paged_lab.engine.spec_decode.speedup import ReplayStep, expected_tokens_per_step
+from paged_lab.memory import Event, replay
 
 # one look per state of a slot, in every figure of the notebook
 KINDS = {  # kind: (colour, legend); a kind ending in "slot" is drawn as an outline: allocated, not written
@@ -43,17 +44,17 @@ class SpecStepView:
     ``num_computed_tokens``: tokens whose KV was written before the step (the request's last token is the
     next, scheduled with the drafts); ``block_table``: the request's table after ``allocate_slots`` for
     the step (it stays so after the roll-back); ``target_token_id``: the token the target picked at the
-    first rejected draft (or after the last draft: the bonus token)."""
+    first rejected draft (or after the last draft: the bonus token), None where it is not known."""
 
     block_size: int
     block_table: tuple[int, ...]
     num_computed_tokens: int
-    draft_token_ids: tuple[int, ...]
+    num_drafts: int
     num_accepted: int
-    target_token_id: int
+    target_token_id: int | None = None
 
     def __post_init__(self):
-        k = len(self.draft_token_ids)
+        k = self.num_drafts
         if not 0 <= self.num_accepted <= k:
             raise ValueError(f"num_accepted must be in [0, {k}] (the drafts), got {self.num_accepted}")
         slots = len(self.block_table) * self.block_size
@@ -72,12 +73,48 @@ class SpecStepView:
         first = self.num_computed_after
         return [b for j, b in enumerate(self.block_table)
                 if j * self.block_size >= first
-                and j * self.block_size < self.num_computed_tokens + 1 + len(self.draft_token_ids)]
+                and j * self.block_size < self.num_computed_tokens + 1 + self.num_drafts]
+
+
+def spec_steps(events: Sequence[Event], seq_id: Hashable) -> list[dict]:
+    """The steps with drafts of request ``seq_id``, read from the engine's event log (a whole log, from the
+    engine's start: positions in it are what ``replay`` counts). For each ``draft`` event: the step
+    (``clock``), its position in the log (``at``), the known tokens then (``num_tokens``, the pending one
+    included: the request's last ``append`` or ``allocate``), the drafts (the ``draft`` event's
+    ``num_tokens``, its slot end, less that) and the accepted ones (the step's ``accept`` event)."""
+    out, known, current = [], 0, None
+    for at, e in enumerate(events):
+        if e.seq_id != seq_id:
+            continue
+        if e.kind in ("append", "allocate"):
+            known = e.num_tokens
+        elif e.kind == "draft":
+            current = {"clock": e.clock, "at": at, "num_tokens": known, "num_drafts": e.num_tokens - known}
+        elif e.kind == "accept" and current is not None and e.clock == current["clock"]:
+            out.append({**current, "num_accepted": e.num_tokens - current["num_tokens"]})
+            current = None
+    return out
+
+
+def step_view(events: Sequence[Event], seq_id: Hashable, clock: int, num_blocks: int, block_size: int,
+              token_ids: Sequence[int] | None = None) -> SpecStepView:
+    """The ``SpecStepView`` of request ``seq_id``'s step ``clock``, from the engine's event log: its table
+    right after the drafts got their slots (``replay``), the tokens computed before the step (the known
+    ones but the pending one), the drafts and the accepted ones. ``token_ids`` (prompt + output) names
+    the target's own token at the first rejected draft."""
+    found = [s for s in spec_steps(events, seq_id) if s["clock"] == clock]
+    if not found:
+        raise ValueError(f"request {seq_id!r} verified no drafts at step {clock}")
+    s = found[0]
+    table = replay(events, num_blocks, upto=s["at"] + 1).tables[seq_id]
+    n, a = s["num_tokens"], s["num_accepted"]
+    target = int(token_ids[n + a]) if token_ids is not None and n + a < len(token_ids) else None
+    return SpecStepView(block_size, tuple(table), n - 1, s["num_drafts"], a, target)
 
 
 def _stage_kinds(view: SpecStepView) -> list[list[str]]:
     """The state of every slot of the table in each of the four rows (draft, verify, accept, roll back)."""
-    c, k, n = view.num_computed_tokens, len(view.draft_token_ids), view.num_accepted
+    c, k, n = view.num_computed_tokens, view.num_drafts, view.num_accepted
     slots = len(view.block_table) * view.block_size
 
     def row(last, accepted, rejected, after=None):
@@ -105,11 +142,12 @@ def _x(slot: int, block_size: int) -> float:
 def fig_spec_step(view: SpecStepView, title: str | None = None, max_blocks: int = 4) -> go.Figure:
     """Four rows, one request's slots in each, block by block: draft → verify → accept → roll back. Only
     the table's last ``max_blocks`` blocks are drawn (the earlier ones hold verified tokens only)."""
-    k, n = len(view.draft_token_ids), view.num_accepted
+    k, n = view.num_drafts, view.num_accepted
     kept = view.blocks_of_rejected_only
     rows = [f"1 · draft {k}: slots allocated ahead",
             f"2 · verify: one forward pass writes {1 + k} slots",
-            f"3 · accept {n} of {k}; the target picks {view.target_token_id}",
+            f"3 · accept {n} of {k}" + ("" if view.target_token_id is None
+                                        else f"; the target picks {view.target_token_id}"),
             f"4 · roll back: num_computed_tokens = {view.num_computed_after}"
             + (f"; block {', '.join(map(str, kept))} stays" if kept else "")]
     kinds = _stage_kinds(view)
