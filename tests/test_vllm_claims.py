@@ -20,6 +20,7 @@ CLAIMS = ROOT / "docs" / "vllm_claims.md"
 INDEX = ROOT / "tests" / "data" / "vllm_source_index.json"
 TRACES = ROOT / "tests" / "data" / "vllm_v1_traces.json"
 HYBRID_TRACES = ROOT / "tests" / "data" / "vllm_v1_hybrid_traces.json"
+SPEC_TRACES = ROOT / "tests" / "data" / "vllm_v1_spec_traces.json"
 NOTEBOOKS = ROOT / "notebooks"
 REINDEX = ("re-index the cited vLLM files: make vllm-index (it runs scripts/index_vllm_source.py under the "
            "vLLM venv, make vllm-venv; VLLM_VENV=/path reuses one) and commit "
@@ -120,9 +121,10 @@ def english_cells() -> dict[tuple[str, str], str]:
 
 
 def load_traces() -> dict:
-    """The scheduler traces; a row's "trace:" may also name a scenario of the hybrid (two-group) traces."""
+    """The scheduler traces; a row's "trace:" may also name a scenario of the hybrid or speculative traces."""
     traces = json.loads(TRACES.read_text(encoding="utf-8"))
     traces["scenarios"] += json.loads(HYBRID_TRACES.read_text(encoding="utf-8"))["scenarios"]
+    traces["scenarios"] += json.loads(SPEC_TRACES.read_text(encoding="utf-8"))["scenarios"]  # (n-gram drafts)
     return traces
 
 

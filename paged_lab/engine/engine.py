@@ -43,6 +43,7 @@ from paged_lab.engine.parallel_sampling import ParallelSampling
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 from paged_lab.engine.request import Request
 from paged_lab.engine.sampling import sample
+from paged_lab.engine.spec_decode import SpecDecode, SpeculativeConfig
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 
@@ -118,12 +119,14 @@ class LLM:
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  parallel_sampling: str = "prefix",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
-                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
+                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True,
+                 speculative_config: dict | None = None):
         inputs.check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
         resolve_kv_cache_dtype(kv_cache_dtype, "float32")  # a bad name raises before the model loads
         inputs.check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
                            compile_progress=compile_progress, cpu_prepack=cpu_prepack)
         max_model_len = inputs.check_max_model_len(max_model_len)
+        self.speculative_config = spec = SpeculativeConfig.of(speculative_config)  # (checked before the load)
         hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
         self.hf_model = hf_model
         self.device = next(hf_model.parameters()).device
@@ -159,6 +162,9 @@ class LLM:
         self._requests: dict[Any, Request] = {}  # seq_id -> its request
         self.parallel = ParallelSampling(parallel_sampling, self.scheduler, self._requests,
                                          self.eos_token_ids, self.device)
+        self.spec_decode = None if spec is None else SpecDecode(  # engine/spec_decode: n-gram drafts
+            inputs.check_speculative(spec, groups.hybrid, parallel_sampling), self.max_model_len,
+            self.block_manager, self.eos_token_ids, self._decode)
         self._next_request = 0
         self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
         if not enforce_eager:
@@ -284,7 +290,7 @@ class LLM:
         sample_rows, sample_seqs = [], []
         for s in scheduled:
             seq = s.seq
-            input_ids += seq.token_ids[s.start:s.end]
+            input_ids += s.token_ids  # (and the drafts it verifies)
             positions += range(s.start, s.end)
             for g, group_slots in groups.slots(bm, seq.seq_id, s.start, s.end).items():
                 slots[g] += group_slots
@@ -296,7 +302,7 @@ class LLM:
             if s.is_prefill and req.num_cached_tokens is None and seq is req.seqs[0]:
                 req.num_cached_tokens = bm.num_cached_tokens(seq.seq_id)  # what its first prefill skipped
             if s.samples:  # every known token computed -> sample the next one from the last position
-                sample_rows.append(qsl[-1] - 1)
+                sample_rows += SpecDecode.sample_rows(s, qsl[-1] - 1)  # (and one per draft)
                 sample_seqs.append(seq)
         n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
         metas = {g.name: self._metadata(slots[g.name], tables[g.name], ctx_lens, qsl, n_decode,
@@ -345,11 +351,15 @@ class LLM:
         if logits is None:
             return list(self.scheduler.update(out, []))
         seqs = batch.sample_seqs
-        sampled = self._sample(logits, seqs)
+        spec = self.spec_decode
+        sampled = (spec.verify(logits, [s for s in batch.scheduled if s.samples], self._requests) if spec
+                   else self._sample(logits, seqs))
         if len(seqs) > 1:  # back to the scheduler's order
             token_of = {seq.seq_id: t for seq, t in zip(seqs, sampled)}
             sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
         finished = list(self.scheduler.update(out, sampled))
+        if spec:
+            spec.propose(seqs)  # the next step's drafts
         finished += self.parallel.fork_children(logits, seqs)  # ("fork" mode only)
         finished += self._engine_stops(self.parallel.with_new_children(seqs))
         return finished

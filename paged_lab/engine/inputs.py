@@ -118,6 +118,19 @@ def check_engine_args(attention_backend, preemption, block_size, compile_sizes, 
         raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
 
 
+def check_speculative(spec, hybrid: bool, parallel_sampling: str):
+    """``spec`` (a checked SpeculativeConfig) when the engine can run it: its tables must be plain
+    full-attention ones, and "fork" parallel sampling shares partly filled blocks that drafts would write
+    into."""
+    if hybrid:
+        raise ValueError("speculative_config: this model has sliding-window layer groups; speculative "
+                         "decoding runs on full-attention models only here")
+    if parallel_sampling != "prefix":
+        raise ValueError(f"speculative_config needs parallel_sampling='prefix' (vLLM V1's), got "
+                         f"{parallel_sampling!r}")
+    return spec
+
+
 def check_flags(cpu_prepack, **flags) -> None:
     """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
     turn caching on); ``cpu_prepack`` may also be None (auto)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from paged_lab.kv_math import ModelSpec
 from paged_lab.memory import BlockManager
+from paged_lab.memory.block_manager import slot_for
 from paged_lab.memory.block_pool import NULL_BLOCK
 from paged_lab.memory.hybrid import HybridBlockManager
 from paged_lab.memory.layer_groups import KVCacheGroup, group_layers, kv_cache_groups
@@ -79,8 +80,11 @@ class LayerGroups:
 
     def slots(self, bm, seq_id, start: int, end: int) -> dict[str, list[int]]:
         """Each group's slot of every position in ``[start, end)`` of ``seq_id``."""
-        if not self.hybrid:
-            return {self.groups[0].name: bm.slot_mapping(seq_id, start, end)}
+        if not self.hybrid:  # (positions past the tokens are drafts: their slots exist, ``spec_decode``)
+            n = bm.num_tokens(seq_id)
+            table = bm.block_table(seq_id) if end > n else []
+            drafts = [slot_for(p, table, bm.block_size) for p in range(max(start, n), end)]
+            return {self.groups[0].name: bm.slot_mapping(seq_id, start, min(end, n)) + drafts}
         return {name: m.slot_mapping(seq_id, start, end) for name, m in bm.managers.items()}
 
     def blocks_held(self, bm) -> dict[str, int]:

@@ -17,6 +17,7 @@ import numpy as np
 
 from paged_lab.engine.params import RequestMetrics
 from paged_lab.engine.request import Request
+from paged_lab.engine.spec_decode.decoder import NO_SPEC_STATS
 from paged_lab.sim.latency import latency_summary, token_gaps
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "num_preemptions": llm.scheduler.num_preemptions,
         "num_steps": llm.scheduler.step_count,
         "num_cow": first.stats.num_cow,
+        **(llm.spec_decode.stats.as_stats() if llm.spec_decode else NO_SPEC_STATS),  # vLLM's spec_decode_*
         **vllm_metric_names(bm.usage, first.stats, llm.scheduler.num_preemptions),
         **llm.metrics.counters,  # every request served: finished, aborted, prompt and generated tokens
         **llm.latency(),  # the latest EngineMetrics.REQUESTS_KEPT finished requests

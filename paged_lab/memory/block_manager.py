@@ -174,7 +174,7 @@ class BlockManager:
 
     def _tokens_in_block(self, s: SequenceBlocks, i: int) -> int:
         """Tokens held by the ``i``-th block of ``s``'s table: full, except maybe the last."""
-        return min(self.block_size, len(s.token_ids) - i * self.block_size)
+        return max(0, min(self.block_size, len(s.token_ids) - i * self.block_size))  # 0: a draft's block
 
     def slot_mapping(self, seq_id, start: int = 0, end: int | None = None) -> list[int]:
         """Physical slot of each token position in ``[start, end)`` (default: every token)."""
@@ -220,9 +220,10 @@ class BlockManager:
     def _append_plan(self, s: SequenceBlocks, num_tokens: int) -> tuple[int, bool]:
         """(new blocks that ``num_tokens`` more tokens open, whether the last block must be copied first:
         some of them go into it while it is partly filled and shared)."""
-        room = -len(s.token_ids) % self.block_size  # free slots left in the last block
-        new_blocks = cdiv(num_tokens - room, self.block_size) if num_tokens > room else 0
-        return new_blocks, room > 0 and num_tokens > 0 and self.pool.refcounts[s.table[-1]] > 1
+        n, bs = len(s.token_ids), self.block_size
+        room = len(s.table) * bs - n  # free slots left in the table's blocks (a rollback's kept blocks too)
+        new_blocks = cdiv(num_tokens - room, bs) if num_tokens > room else 0
+        return new_blocks, n % bs > 0 and num_tokens > 0 and self.pool.refcounts[s.table[n // bs]] > 1
 
     def can_append(self, seq_id, num_tokens: int = 1) -> bool:
         return self.blocks_needed_to_append(seq_id, num_tokens) <= self.num_free_blocks
@@ -364,16 +365,24 @@ class BlockManager:
         prefix cache (with the earlier full blocks, if a chunked prefill had not offered them yet)."""
         return self.append_tokens(seq_id, [check_int("token_id", token_id, error=InvalidTokenId)])
 
-    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
+    def append_tokens(self, seq_id, token_ids: Sequence[int],
+                      num_lookahead_tokens: int = 0) -> CowAction | None:
         """Give the next tokens of ``seq_id`` their slots: a decode's one token, or the next chunk of a
         prefill whose blocks are allocated as it is computed (vLLM V1). All or nothing: raises OutOfBlocks,
         changing nothing, when the free blocks are too few. Returns a CowAction when the partly filled last
-        block was shared and had to be copied first."""
+        block was shared and had to be copied first.
+
+        ``num_lookahead_tokens``: slots for that many positions after them whose tokens are not verified
+        (speculative drafts, ``engine/spec_decode``): they get blocks (a "draft" event) but no token and no
+        hash, so no block of theirs is ever cached; blocks they leave unused stay in the table for the next
+        tokens (vLLM: ``allocate_slots(num_new_tokens)`` counts the drafts, ``cache_blocks`` stops at
+        ``request.num_tokens``)."""
         s = self._seq(seq_id)
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
-        if not token_ids:
+        ahead = check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0, error=InvalidArgument)
+        if not token_ids and not ahead:
             return None
-        new_blocks, copy_tail = self._append_plan(s, len(token_ids))
+        new_blocks, copy_tail = self._append_plan(s, len(token_ids) + ahead)
         free = self.pool.num_free_blocks
         if new_blocks + copy_tail > free:
             cow = " (with a copy-on-write of its shared last block)" if copy_tail else ""
@@ -388,8 +397,11 @@ class BlockManager:
         s.token_ids.extend(token_ids)
         self._used_slots += len(token_ids) + copied
         if self.record_events:  # the blocks the tokens went to: the last one if it had room, and the new ones
-            first_touched = (len(s.token_ids) - len(token_ids)) // self.block_size
-            self._emit("append", seq_id, s.table[first_touched:], len(s.token_ids))
+            n, bs = len(s.token_ids), self.block_size
+            if token_ids:
+                self._emit("append", seq_id, s.table[(n - len(token_ids)) // bs:self.blocks_for(n)], n)
+            if ahead:
+                self._emit("draft", seq_id, s.table[n // bs:self.blocks_for(n + ahead)], n + ahead)
         if new_hashes:  # the tokens filled blocks: later prompts may reuse them
             s.hashes.extend(new_hashes)
             self._cache_full_blocks(s, seq_id, len(s.token_ids))
@@ -412,13 +424,17 @@ class BlockManager:
         """Give ``s`` its own copy of its shared, partly filled last block."""
         if not self.num_free_blocks:
             raise OutOfBlocks(1, 0, f"copy-on-write for append_token(seq_id={seq_id!r})")
-        src = s.table[-1]
-        dst = self._take_block(seq_id)
+        i = len(s.token_ids) // self.block_size  # the block of its last token
+        src, dst = s.table[i], self._take_block(seq_id)
         self.pool.release(src)  # its refcount was > 1: the other tables still hold it
-        s.table[-1] = dst
+        s.table[i] = dst
         self.stats.num_cow += 1
         self._emit("cow", seq_id, (src, dst), len(s.token_ids))
         return CowAction(src, dst)
+
+    def record(self, kind: str, seq_id, block_ids=(), num_tokens: int = 0) -> None:
+        """Log an event that changes no block (speculative decoding's "verify", "accept", "rollback")."""
+        self._emit(kind, seq_id, block_ids, num_tokens)
 
     def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
         """Free the blocks no later token reads. Full attention reads every earlier token: nothing to

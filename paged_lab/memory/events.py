@@ -15,6 +15,14 @@ free       the sequence finished; ``block_ids`` is its table, released last bloc
 cache      full blocks got a prefix-cache hash (they can be reused from now on): ``block_ids``.
 skip       a sliding window moved past leading blocks (``memory/hybrid.py``): ``block_ids`` went back to
            the pool (last first) and their table entries are now ``NULL_BLOCK``.
+draft      speculative decoding (``engine/spec_decode``): positions past the sequence's tokens got slots for
+           draft tokens; ``block_ids`` hold them (the new ones taken from the free queue), ``num_tokens`` is
+           the end of the drafted positions. No token, no hash: a block of drafts is never cached.
+verify     the target scored the drafts in one pass (``block_ids``: their blocks; ``num_tokens``: their end).
+accept     drafts the target agreed with are now tokens with KV: ``block_ids`` hold them, ``num_tokens`` is
+           the sequence's computed length. (Their ids reach the table with the next step's "append".)
+rollback   rejected drafts do not count as computed: ``block_ids`` hold their slots, kept in the table and
+           written over by later tokens (as vLLM); ``num_tokens`` is the computed length.
 reset      every table was dropped and the pool is as new: all blocks free in id order, nothing cached
            (an aborted engine, ``BlockManager.reset``).
 =========  ==========================================================================================
@@ -31,7 +39,8 @@ from dataclasses import dataclass, field
 
 from paged_lab.memory.block_pool import NULL_BLOCK
 
-KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache", "skip", "reset")
+KINDS = ("hit", "evict", "allocate", "cow", "append", "fork", "free", "cache", "skip", "reset",
+         "draft", "verify", "accept", "rollback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,10 @@ class Event:
             "free": f"seq {self.seq_id!r} finishes; blocks {b} go back to the pool",
             "cache": f"blocks {b} are full and now in the prefix cache",
             "skip": f"seq {self.seq_id!r} no longer reads blocks {b} (out of its window): freed",
+            "draft": f"seq {self.seq_id!r} gets slots up to #{self.num_tokens} for drafts in blocks {b}",
+            "verify": f"seq {self.seq_id!r}'s drafts up to #{self.num_tokens} (blocks {b}) are scored",
+            "accept": f"seq {self.seq_id!r} keeps its drafts up to #{self.num_tokens} (blocks {b})",
+            "rollback": f"seq {self.seq_id!r} rolls back to #{self.num_tokens}; blocks {b} are kept",
             "reset": "every sequence is dropped and every block is free again (the engine aborted)",
         }
         return text.get(self.kind, self.kind)
@@ -175,10 +188,15 @@ class _Replayer:
 
     _fork = _allocate  # a new table sharing the parent's blocks
 
+    def _draft(self, sid, ids, ev) -> None:  # draft slots: new blocks join the table; the tokens stay
+        n = self.state.num_tokens[sid]
+        self._append(sid, ids, ev)
+        self.state.num_tokens[sid] = n
+
     def _append(self, sid, ids, ev) -> None:
         table = self.state.tables[sid]
-        for b in ids:  # the blocks the tokens landed in: the last one, and those just taken from the queue
-            if not table or table[-1] != b:
+        for b in ids:  # the blocks the tokens landed in: those already held, and those just taken
+            if b not in table:
                 self.take(b)
                 table.append(b)
         self.state.num_tokens[sid] = ev.num_tokens
@@ -213,3 +231,8 @@ class _Replayer:
 
     def _hit(self, sid, ids, ev) -> None:
         pass  # the blocks are taken by the "allocate" event that follows
+
+    def _verify(self, sid, ids, ev) -> None:
+        pass  # speculative decoding's bookkeeping: no block changes (a "draft" took them)
+
+    _accept = _rollback = _verify

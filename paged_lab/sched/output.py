@@ -19,10 +19,18 @@ class ScheduledSeq:
     end: int
     is_prefill: bool
     samples: bool = True  # end reaches the last token: sample one token from the last position
+    # draft tokens after the sequence's tokens that this step verifies: positions [end - len, end) (vLLM's
+    # ``scheduled_spec_decode_tokens``); the step samples at each of them and at the token before them
+    spec_token_ids: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:
         return self.end - self.start
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The query tokens of this step: ``seq.token_ids[start:end]``, then the drafts."""
+        return self.seq.token_ids[self.start:self.end - len(self.spec_token_ids)] + list(self.spec_token_ids)
 
 
 @dataclass
@@ -46,7 +54,7 @@ class SchedulerOutput:
 
     @property
     def num_decode_tokens(self) -> int:
-        return len([s for s in self.scheduled if not s.is_prefill])  # one token per decode
+        return sum([s.end - s.start for s in self.scheduled if not s.is_prefill])  # 1 (+ drafts) per decode
 
     @property
     def sampling(self) -> list[ScheduledSeq]:

@@ -174,8 +174,8 @@ class Scheduler:
         for seq in self.running:
             if budget <= 0:
                 break
-            # a chunk of its prefill, or the one pending token
-            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            # a chunk of its prefill, or the one pending token (and its drafts: speculative decoding)
+            num_new = min(len(seq.token_ids) + len(seq.spec_token_ids) - seq.num_computed_tokens, budget)
             if self._reserve_slots(seq, num_new, out):
                 budget -= self._schedule_tokens(seq, num_new, out)
         return budget
@@ -187,12 +187,14 @@ class Scheduler:
         always makes progress. Returns False when ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
+        drafts = end - len(seq.token_ids)  # draft positions get slots, not tokens (vLLM: in num_new_tokens)
+        ahead = {"num_lookahead_tokens": drafts} if drafts > 0 else {}
         # A sliding-window layer group gives back the blocks before its window first, so this step can reuse
         # them (vLLM: ``remove_skipped_blocks`` in ``allocate_slots``; nothing happens for full attention).
         self.allocator.remove_skipped_blocks(seq.seq_id, seq.num_computed_tokens)
         while True:
             try:
-                cow = self.allocator.append_tokens(seq.seq_id, new_tokens)
+                cow = self.allocator.append_tokens(seq.seq_id, new_tokens, **ahead)
             except OutOfBlocks:  # nothing changed (every allocator operation is all-or-nothing)
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -212,9 +214,10 @@ class Scheduler:
         find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
         start = seq.num_computed_tokens
         end = start + num_new
-        self.allocator.cache_blocks(seq.seq_id, end)
-        is_prefill, samples = start < seq.num_prefill_tokens, end == len(seq.token_ids)
-        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples))
+        self.allocator.cache_blocks(seq.seq_id, min(end, len(seq.token_ids)))  # never a draft (as vLLM)
+        is_prefill, samples = start < seq.num_prefill_tokens, end >= len(seq.token_ids)
+        spec, seq.spec_token_ids = seq.spec_token_ids[:max(0, end - len(seq.token_ids))], []  # (as vLLM)
+        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples, tuple(spec)))
         return num_new
 
     def _append_pending_token(self, seq: Sequence, out: SchedulerOutput) -> None:
@@ -288,15 +291,21 @@ class Scheduler:
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
         """Record this step: mark KV computed and append one sampled token per entry of
-        ``out.sampling`` (in that order). Returns the sequences that finished this step."""
+        ``out.sampling`` (in that order). Returns the sequences that finished this step.
+
+        An entry with drafts (``spec_token_ids``) gets a list instead: its accepted drafts and one more
+        token. Its rejected drafts do not count as computed (vLLM: num_computed_tokens -= num_rejected)."""
         sampling, sampled = self._accept_update(out, sampled_token_ids)
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
         finished = []
-        for entry, token in zip(sampling, sampled):
-            if entry.seq.status is RUNNING and self._append_sampled(entry.seq, token, out.step):
-                finished.append(entry.seq)
+        for entry, tokens in zip(sampling, sampled):
+            tokens = tokens if isinstance(tokens, list) else [tokens]
+            if entry.seq.status is RUNNING:
+                entry.seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(tokens)  # the rejected
+                if any(self._append_sampled(entry.seq, t, out.step) for t in tokens):  # (stops at a finish)
+                    finished.append(entry.seq)
         if finished:
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished

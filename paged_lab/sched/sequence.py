@@ -55,6 +55,10 @@ class Sequence:
         self.finish_step: int | None = None
         self.output_steps: list[int] = []  # the step that sampled each output token (ITL = its gaps)
         self.num_preemptions = 0
+        # Draft tokens to verify in its next step (speculative decoding, ``engine/spec_decode``): they follow
+        # ``token_ids`` but are not part of it; the scheduler schedules them and clears the list (vLLM's
+        # ``Request.spec_token_ids``).
+        self.spec_token_ids: list[int] = []
 
     def append_token(self, token_id: int, step: int | None = None) -> None:
         """Record a token sampled at scheduler ``step`` (its KV is computed by the next step)."""
