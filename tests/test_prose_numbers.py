@@ -34,7 +34,7 @@ from test_vllm_claims import CLAIMS, parse_table
 
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
-SERIES = sorted(NOTEBOOKS.glob("0[1-9]_*.ipynb"))
+SERIES = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_"))  # 01 .. 10
 
 # ------------------------------------------------------------------------------------------ finding numbers
 _HIDDEN = [  # what is not prose: code, link targets, HTML tags

@@ -82,3 +82,26 @@ def test_replay_of_random_runs_emits_every_token_once():
         steps = replay_greedy([1, 2], out, _oracle(out, 2, wrong))
         assert sum(s.num_emitted for s in steps) == len(out)
         assert len(steps) <= len(out)
+
+
+def test_blocks_taken_ahead_follow_allocate_slots_with_a_lookahead_and_the_length_cap():
+    """verify.blocks_to_allocate_ahead, extended: vLLM's allocate_slots asks for computed + scheduled (drafts
+    included) + num_lookahead_tokens slots, capped at max_model_len (kv_cache_manager.py:541-544)."""
+    from paged_lab.engine.spec_decode.verify import blocks_to_allocate_ahead
+
+    assert blocks_to_allocate_ahead(14, 3, 4, 4) == 1                          # 17 slots: 5 blocks, 4 held
+    assert blocks_to_allocate_ahead(15, 3, 4, 4, num_lookahead_tokens=lookahead_tokens("eagle", 3)) == 2
+    assert blocks_to_allocate_ahead(14, 3, 4, 4, num_lookahead_tokens=lookahead_tokens("ngram", 3)) == 1
+    assert blocks_to_allocate_ahead(14, 3, 4, 4, max_model_len=16) == 0        # capped: 16 slots, 4 blocks
+    assert blocks_to_allocate_ahead(16, 3, 5, 4) == 0                          # a block kept after a rollback
+    for known in range(1, 30):
+        for drafts in range(0, 5):
+            for held in range(0, 10):
+                want = max(0, -(-(known + drafts) // 4) - held)
+                assert blocks_to_allocate_ahead(known, drafts, held, 4) == want
+    for bad, match in (((0, 3, 4, 4), "num_tokens must be an integer >= 1"),
+                       ((14, -1, 4, 4), "num_draft_tokens must be an integer >= 0"),
+                       ((14, 3, 4, 0), "block_size must be an integer >= 1"),
+                       ((14, 3, -1, 4), "num_blocks_held must be an integer >= 0")):
+        with pytest.raises(ValueError, match=match):
+            blocks_to_allocate_ahead(*bad)
