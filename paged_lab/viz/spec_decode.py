@@ -197,7 +197,8 @@ def fig_expected_tokens(ks: Sequence[int] = (1, 2, 3, 5, 8), points: int = 51,
                                  name=f"k = {k}"))
     for name, (a, tokens) in (marked or {}).items():
         fig.add_trace(go.Scatter(x=[a], y=[tokens], mode="markers+text", name=name, text=[name],
-                                 textposition="top left", marker=dict(size=10, symbol="diamond")))
+                                 textposition="top left" if a > 0.5 else "top right",  # inside the plot
+                                 marker=dict(size=10, symbol="diamond")))
     fig.update_layout(title=title, xaxis_title="acceptance rate a (per draft)",
                       yaxis_title="tokens per step", height=420)
     return fig
