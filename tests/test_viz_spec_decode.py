@@ -15,6 +15,7 @@ from paged_lab.viz.spec_decode import (
     replay_totals,
     spec_replay_readout,
     spec_steps,
+    step_view,
 )
 
 # 13 tokens computed, the 14th pending, 3 drafts in blocks of 4: positions 13 (last), 14-16 (drafts)
@@ -104,3 +105,51 @@ def test_the_steps_with_drafts_are_read_from_the_event_log():
     steps = spec_steps(_log(), "A")
     assert steps == [{"clock": 2, "at": 3, "num_tokens": 7, "num_drafts": 3, "num_accepted": 2}]
     assert spec_steps(_log(), "B") == []
+
+
+def test_the_step_view_of_the_hand_built_log():
+    view = step_view(_log(), "A", 2, num_blocks=8, block_size=4, token_ids=list(range(100, 112)))
+    assert view.block_table == (7, 1, 3) and view.num_computed_tokens == 6
+    assert (view.num_drafts, view.num_accepted, view.target_token_id) == (3, 2, 109)
+    with pytest.raises(ValueError, match="verified no drafts at step 1"):
+        step_view(_log(), "A", 1, num_blocks=8, block_size=4)
+
+
+def test_the_engine_s_own_log_and_counts_match_the_views_and_the_replay():
+    """On a tiny random model: every step the engine's event log shows is a view whose table holds every
+    slot; replaying the run without drafts gives the engine's steps, drafts and accepted drafts."""
+    from tiny_models import head_dim_64_llama
+
+    from paged_lab.engine import LLM, SamplingParams
+    from paged_lab.engine.spec_decode.ngram import ngram_drafts
+    from paged_lab.engine.spec_decode.speedup import replay_greedy
+
+    class Tok:
+        eos_token_id = None
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    model = head_dim_64_llama()
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    kw = dict(tokenizer=Tok(), block_size=4, num_kv_blocks=64, attention_backend="torch")
+    prompt = {"prompt_token_ids": [5, 6, 7, 8] * 3}
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    plain = LLM(model, **kw).generate([prompt], params, use_tqdm=False)[0]
+    llm = LLM(model, speculative_config=spec, **kw)
+    out = llm.generate([prompt], params, use_tqdm=False)[0]
+    st = llm.stats()
+    events = st["events"]
+    sid = next(e.seq_id for e in events if e.kind == "draft")
+    tokens = list(out.prompt_token_ids) + list(out.outputs[0].token_ids)
+    steps = spec_steps(events, sid)
+    assert steps and sum(s["num_drafts"] for s in steps) == st["spec_decode_num_draft_tokens"]
+    assert sum(s["num_accepted"] for s in steps) == st["spec_decode_num_accepted_tokens"]
+    for s in steps:
+        view = step_view(events, sid, s["clock"], llm.num_blocks, llm.block_size, tokens)
+        assert len(view.block_table) * 4 >= view.num_computed_tokens + 1 + view.num_drafts
+    replayed = replay_totals(replay_greedy(prompt["prompt_token_ids"], list(plain.outputs[0].token_ids),
+                                           lambda toks, most: ngram_drafts(toks, 1, 3, min(3, most))))
+    assert out.outputs[0].token_ids == plain.outputs[0].token_ids
+    assert (replayed["steps"], replayed["drafts"], replayed["accepted"]) == (
+        st["num_steps"], st["spec_decode_num_draft_tokens"], st["spec_decode_num_accepted_tokens"])

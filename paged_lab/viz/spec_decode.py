@@ -81,7 +81,8 @@ def spec_steps(events: Sequence[Event], seq_id: Hashable) -> list[dict]:
     engine's start: positions in it are what ``replay`` counts). For each ``draft`` event: the step
     (``clock``), its position in the log (``at``), the known tokens then (``num_tokens``, the pending one
     included: the request's last ``append`` or ``allocate``), the drafts (the ``draft`` event's
-    ``num_tokens``, its slot end, less that) and the accepted ones (the step's ``accept`` event)."""
+    ``num_tokens``, its slot end, less that) and the accepted ones (the step's ``accept`` event, or its
+    ``rollback`` when none was accepted)."""
     out, known, current = [], 0, None
     for at, e in enumerate(events):
         if e.seq_id != seq_id:
@@ -90,7 +91,8 @@ def spec_steps(events: Sequence[Event], seq_id: Hashable) -> list[dict]:
             known = e.num_tokens
         elif e.kind == "draft":
             current = {"clock": e.clock, "at": at, "num_tokens": known, "num_drafts": e.num_tokens - known}
-        elif e.kind == "accept" and current is not None and e.clock == current["clock"]:
+        elif e.kind in ("accept", "rollback") and current is not None and e.clock == current["clock"]:
+            # accept: num_tokens = known + accepted; none accepted: only the rollback, to the same count
             out.append({**current, "num_accepted": e.num_tokens - current["num_tokens"]})
             current = None
     return out
