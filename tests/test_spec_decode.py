@@ -20,8 +20,8 @@ from paged_lab.engine.spec_decode import (
     ngram_drafts,
     rejection_sample,
 )
-from paged_lab.kernels import cpu_paged
 from paged_lab.kernels._interpret import triton_available
+from paged_lab.kernels.cpu import attention as cpu_attention
 from paged_lab.memory.events import replay
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
@@ -164,7 +164,7 @@ def test_rejection_sampling_keeps_the_target_distribution():
 
 
 # -- the engine --------------------------------------------------------------------------------------
-BACKENDS = ["torch", "reference"] + (["cpu"] if cpu_paged.available() else [])
+BACKENDS = ["torch", "reference"] + (["cpu"] if cpu_attention.available() else [])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from paged_lab.kv_math import ModelSpec
 from paged_lab.memory import BlockManager
-from paged_lab.memory.block_manager import slot_for
 from paged_lab.memory.block_pool import NULL_BLOCK
+from paged_lab.memory.block_tables import slot_for
 from paged_lab.memory.hybrid import HybridBlockManager
 from paged_lab.memory.layer_groups import KVCacheGroup, group_layers, kv_cache_groups
 

@@ -61,8 +61,8 @@ NO_SPEC_STATS = SpecDecodingStats(0).as_stats()  # what stats() reports with spe
 
 
 class SpecDecode:
-    """The engine's speculative decoding: ``sample_rows`` (rows a scheduled entry scores), ``verify`` (the
-    tokens each sampled sequence keeps), ``propose`` (drafts for the next step)."""
+    """The engine's speculative decoding: ``verify`` (the tokens each sampled sequence keeps, from its last
+    row and one row per draft, laid out by ``engine.batch``), ``propose`` (drafts for the next step)."""
 
     def __init__(self, config: SpeculativeConfig, max_model_len: int, block_manager, eos_token_ids, decode):
         self.config = config
@@ -70,14 +70,9 @@ class SpecDecode:
         self.bm, self.eos_token_ids, self.decode = block_manager, list(eos_token_ids), decode
         self.stats = SpecDecodingStats(config.num_speculative_tokens)
 
-    @staticmethod
-    def sample_rows(entry, last_row: int) -> range:
-        """The batch rows whose logits ``entry`` samples from: its last token's and one per draft before."""
-        return range(last_row - len(entry.spec_token_ids), last_row + 1)
-
     def verify(self, logits: torch.Tensor, entries, requests) -> list[list[int]]:
         """The tokens each sampling entry keeps (``entries``: the scheduled entries that sample, in batch
-        order; ``logits``: their rows, ``sample_rows`` each, in that order; ``requests``: seq_id -> Request).
+        order; ``logits``: their rows, 1 + len(drafts) each, in that order; ``requests``: seq_id -> Request).
         Logs "verify", "accept" and "rollback" for the entries with drafts, before ``Scheduler.update``."""
         argmax = logits.max(dim=-1).indices.tolist()  # greedy rows, all at once
         out, row = [], 0
