@@ -86,6 +86,8 @@ RECORDED = {
     (NB07, "07-steptime-read", "31.8"): ("docs/benchmarks.md", "31.8 -> "),
     (NB07, "07-steptime-read", "37.3"): ("docs/benchmarks.md", "37.3 -> "),
     (NB07, "07-steptime-read", "15"): ("benchmarks/decode_step_bench.py", "default=15"),
+    ("10_speculative_decoding", "10-s5", "1.03"): ("docs/benchmarks.md", "**1.03x**"),
+    ("10_speculative_decoding", "10-s5", "1.9"): ("docs/benchmarks.md", "about **1.9x**"),
 }
 
 
