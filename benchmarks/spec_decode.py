@@ -68,11 +68,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cpu-prepack", action="store_true", help="the packed-weight CPU path")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f} at the start")
-    engines = {0: LLM(args.model, enable_prefix_caching=False)}
+    kw = {"enable_prefix_caching": False, "cpu_prepack": args.cpu_prepack}
+    engines = {0: LLM(args.model, **kw)}
     for k in args.k:
         spec = {
             "method": "ngram",
@@ -80,7 +82,7 @@ def main() -> None:
             "prompt_lookup_max": 3,
             "prompt_lookup_min": 1,
         }
-        engines[k] = LLM(args.model, enable_prefix_caching=False, speculative_config=spec)
+        engines[k] = LLM(args.model, speculative_config=spec, **kw)
     print(
         f"{'kind':<11}{'k':>3}{'accepted':>10}{'steps':>7}{'steps off':>10}{'wall s':>8}{'wall off':>9}"
         f"{'speedup':>9}"
