@@ -38,7 +38,7 @@ EXPECTED_VLLM_VERSION = "0.32.0"  # the version the project pins (Makefile, docs
 
 # Where the repository cites vLLM's files (globs relative to the repository root). The zh-TW twins are
 # generated from the English notebooks and cite the same files.
-CITING_GLOBS = ("notebooks/0*.ipynb", "docs/*.md", "paged_lab/**/*.py")
+CITING_GLOBS = ("notebooks/[0-9][0-9]_*.ipynb", "docs/*.md", "paged_lab/**/*.py")
 # Files that write vLLM paths relative to site-packages/vllm/ (they say so), in backticks.
 RELATIVE_CITING = ("docs/vllm_parity.md",)
 

@@ -16,6 +16,7 @@ budget = load_script("scripts/measure_notebooks.py")
 def test_time_limits_follow_the_notebook_number():
     assert [budget.time_limit(f"0{n}_x.ipynb") for n in range(8)] == [60, 60, 60, 60, 60, 60, 90, 180]
     assert budget.time_limit("08_x.ipynb") == 90  # 08 runs SmolLM2 twice (fp32 and fp8 caches): ~30 s
+    assert budget.time_limit("10_x.ipynb") == 90  # 10 runs SmolLM2 with and without drafts on three prompts
     with pytest.raises(ValueError, match="two-digit"):
         budget.time_limit("kv_math.ipynb")
 

@@ -33,7 +33,8 @@ from paged_lab.classroom.quiz import LETTERS, NumberQuestion, Question, Quiz
 from paged_lab.viz import i18n
 
 ROOT = Path(__file__).resolve().parents[1]
-SERIES = sorted(p for p in (ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
+SERIES = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+                if not p.name.startswith("00_"))
 MAX_POSITION_SHARE = 0.40  # no position (a, b, c, ...) holds more of the right answers
 MAX_LONGEST_SHARE = 0.35  # the right choice is the strictly longest (or shortest) in at most this share
 QUIZ_DATA = re.compile(r"\b(Question|NumberQuestion|Choice)\(|\b(answer|explanation|why|mistakes)\s*=")
@@ -85,6 +86,8 @@ FACTS = {
                        batch=4, static_slots=384, useful=195),
     "08": lambda: dict(model="deepseek-v3", tokens=1000, block_size=16, sliding_window=128, prompts=8,
                        parted=2),
+    "10": lambda: dict(block_size=16, num_tokens=61, num_drafts=5, num_blocks_held=4, drafts=[11, 42, 7, 42],
+                       target=[11, 42, 9, 42, 5], predicted_ratio=1.02),
 }
 
 

@@ -212,6 +212,32 @@ TERMS: tuple[Term, ...] = (
          "vLLM's block 0, never handed out: a block table holds it where a block was freed (a "
          "sliding-window layer's old blocks), so later positions stay put; `NULL_BLOCK` in paged_lab.", False,
          ("NULL_BLOCK",)),
+    # --- speculative decoding (notebook 10): pencilled guesses, our words in the story's style ---
+    Term("speculative decoding", "pencilling in the next words and checking them all in one round",
+         "先用鉛筆寫下後面幾個字，一輪一起核對",
+         "A step schedules a request's last token and k drafted tokens, scores them in one forward pass, and "
+         "keeps the drafts the target agrees with plus one token of its own (vLLM `speculative_config`).",
+         False, ("speculation", "spec decode")),
+    Term("draft token", "a pencilled word", "鉛筆寫的字",
+         "A cheap guess at a later token, verified by the target model in the next step; it has a slot "
+         "and its K and V are written before anyone knows whether it stays.", False,
+         ("draft tokens", "draft", "drafts")),
+    Term("n-gram proposer", "copying what the traveller said last time", "照旅客上次說過的抄",
+         "Drafts the tokens that followed the first earlier occurrence of the request's last n tokens "
+         "(vLLM `NgramProposer`, `prompt_lookup_min`..`prompt_lookup_max`); no model runs.", False,
+         ("NgramProposer", "proposer", "n-gram drafts")),
+    Term("acceptance rate", "the share of pencilled words inked in", "鉛筆字被描成墨水的比例",
+         "Accepted draft tokens over verified ones (vLLM metrics `spec_decode_num_accepted_tokens` / "
+         "`spec_decode_num_draft_tokens`); a step yields (1 − a^(k+1)) / (1 − a) tokens on average.", False,
+         ("acceptance",)),
+    Term("rollback", "moving the count of finished words back", "把寫完的字數往回調",
+         "After a rejection `num_computed_tokens` goes back past the rejected drafts; their slots and blocks "
+         "stay with the request and are written over by the next step (vLLM `update_from_output`).", False,
+         ("roll back", "rolled back", "rolls back")),
+    Term("rejection sampling", "a fair check of a guess by chance", "用機率公平地核對猜測",
+         "Accept a draft x with probability min(1, p(x)/q(x)), else draw from max(p − q, 0): the kept "
+         "token follows the target's p exactly (vLLM `RejectionSampler`).", False,
+         ("rejection sampler", "RejectionSampler", "rejection rule")),
 )
 
 _BY_NAME = {}

@@ -52,6 +52,8 @@ WRONG = {
            "    return starts"),
     "08": ("cache_bytes_per_token", "def cache_bytes_per_token(spec, dtype):\n"  # forgets MLA's latent
            "    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * kv_math.dtype_bytes(dtype)"),
+    "10": ("accepted_prefix", "def accepted_prefix(draft_token_ids, target_token_ids):\n"  # every agreement
+           "    return sum(d == t for d, t in zip(draft_token_ids, target_token_ids))"),
 }
 
 # Run one cell (by index) and wait for it: resolves once the kernel has answered.

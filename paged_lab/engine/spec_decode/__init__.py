@@ -1,7 +1,8 @@
 """Speculative decoding with n-gram drafts (vLLM's ``speculative_config={"method": "ngram", ...}``): the
 config (``config.py``), the proposer (``ngram.py``), verification and rejection sampling (``verify.py``) and
-the engine's glue (``decoder.py``). The Scheduler and BlockManager hold only a few lines of it: drafts are
-scheduled as 1 + k tokens, their positions get slots ahead, rejected ones are not counted as computed."""
+the engine's glue (``decoder.py``); what it buys, counted without a model (``speedup.py``). The Scheduler and
+BlockManager hold only a few lines of it: drafts are scheduled as 1 + k tokens, their positions get slots
+ahead, rejected ones are not counted as computed."""
 
 from paged_lab.engine.spec_decode.config import SpeculativeConfig
 from paged_lab.engine.spec_decode.decoder import NO_SPEC_STATS, SpecDecode, SpecDecodingStats

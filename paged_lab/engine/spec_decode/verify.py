@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from paged_lab._checks import check_int
 from paged_lab.kv_math import cdiv
 
 
@@ -67,13 +68,26 @@ def rejection_sample(
 
 
 def blocks_to_allocate_ahead(
-    num_tokens: int, num_draft_tokens: int, num_blocks_held: int, block_size: int
+    num_tokens: int, num_draft_tokens: int, num_blocks_held: int, block_size: int,
+    num_lookahead_tokens: int = 0, max_model_len: int | None = None,
 ) -> int:
     """New blocks a step takes so that ``num_draft_tokens`` drafts after the ``num_tokens`` known tokens (the
-    pending one included) have slots: vLLM's ``allocate_new_blocks``, ``cdiv(num_tokens_need_slot,
-    block_size) - len(req_blocks)``, never below 0 (a block kept from an earlier rollback is reused).
+    pending one included) have slots: vLLM's ``allocate_slots`` (``kv_cache_manager.py:541-544``) asks for
+    ``num_tokens_need_slot`` = computed + scheduled (drafts included) + ``num_lookahead_tokens``, at most
+    ``max_model_len``, and ``get_num_blocks_to_allocate`` takes
+    ``cdiv(num_tokens_need_slot, block_size) - len(req_blocks)``, never below 0 (a block kept from an earlier
+    rollback is reused). The lookahead is 0 for the n-gram proposer; a draft model or an EAGLE head writes KV
+    of its own and needs k more (``speedup.lookahead_tokens``).
 
     >>> blocks_to_allocate_ahead(num_tokens=14, num_draft_tokens=3, num_blocks_held=4, block_size=4)
     1
+    >>> blocks_to_allocate_ahead(15, 3, 4, 4, num_lookahead_tokens=3)   # an EAGLE-style proposer
+    2
     """
-    return max(0, cdiv(num_tokens + num_draft_tokens, block_size) - num_blocks_held)
+    need_slot = (check_int("num_tokens", num_tokens, minimum=1)
+                 + check_int("num_draft_tokens", num_draft_tokens, minimum=0)
+                 + check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0))
+    if max_model_len is not None:
+        need_slot = min(need_slot, check_int("max_model_len", max_model_len, minimum=1))
+    held = check_int("num_blocks_held", num_blocks_held, minimum=0)
+    return max(0, cdiv(need_slot, check_int("block_size", block_size, minimum=1)) - held)
