@@ -33,7 +33,7 @@ import torch
 
 from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
-from paged_lab.engine import inputs
+from paged_lab.engine import dist, inputs
 from paged_lab.engine.concurrency import OneCaller
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.kv_groups import LayerGroups
@@ -118,7 +118,9 @@ class LLM:
                  preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
                  parallel_sampling: str = "prefix",
                  cpu_prepack: bool | None = None, enforce_eager: bool = True,
-                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True):
+                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True,
+                 tensor_parallel_size: int = 1):
+        tp = dist.check_args(tensor_parallel_size, enforce_eager, parallel_sampling)
         inputs.check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
         resolve_kv_cache_dtype(kv_cache_dtype, "float32")  # a bad name raises before the model loads
         inputs.check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
@@ -132,15 +134,16 @@ class LLM:
         self.cache_dtype = resolve_kv_cache_dtype(kv_cache_dtype, self.dtype)  # "float32", ..., or "fp8"
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         inputs.check_compilable(enforce_eager, self.device, self.dtype, self.cache_dtype)
-        self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack)
+        self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack if tp == 1 else False)
         self.max_model_len = inputs.model_len(max_model_len, self.runner.max_model_len)
         self.block_size = block_size
         self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
         inputs.check_layer_groups(groups.hybrid, parallel_sampling, enforce_eager)
-        self.num_blocks = resolve_num_blocks(self.spec, block_size, self.cache_dtype, num_kv_blocks,
+        self.tensor_parallel_size, rank_spec = tp, dist.rank_spec(self.spec, tp)  # one rank's KV heads
+        self.num_blocks = resolve_num_blocks(rank_spec, block_size, self.cache_dtype, num_kv_blocks,
                                              kv_cache_memory,  # fp8: 1 byte a number
                                              groups.layers_per_block if groups.hybrid else None)
-        self.kv = KVCache(self.spec, self.num_blocks, block_size, self.cache_dtype, self.device,
+        self.kv = KVCache(rank_spec, self.num_blocks, block_size, self.cache_dtype, self.device,
                           size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory",
                           layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
         self.block_manager = groups.block_manager(self.num_blocks, block_size, enable_prefix_caching,
@@ -148,6 +151,9 @@ class LLM:
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
                                    preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
         self.attention_backend = attention_backend
+        if tp > 1:  # rank 0 (here) keeps the Scheduler and the pool of its heads; workers run the others
+            self.runner = dist.start_tensor_parallel(self.runner, tp, self.kv, self.cache_dtype,
+                                                     attention_backend, groups.hybrid)
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
         self._attend = PagedAttention(attention_backend, stats=self.kernel_stats, like=self.kv.layers[0],
