@@ -107,10 +107,13 @@ def shard_model(full: PagedLlama, tp: int, rank: int) -> dict:
 
 def build_runner(shard: dict, group, lm_head: Linear | None = None, cls=PagedLlama) -> PagedLlama:
     """A runner over one rank's shard: a ``PagedLlama`` that sees only its heads, whose o and down
-    projections all-reduce over ``group``."""
-    layers = [LayerWeights(input_norm=s["input_norm"], qkv=Linear(*s["qkv"]),
-                           o=RowParallelLinear(Linear(*s["o"]), group), post_norm=s["post_norm"],
-                           gate_up=Linear(*s["gate_up"]), down=RowParallelLinear(Linear(*s["down"]), group))
+    projections all-reduce over ``group`` (None: a whole model, nothing to reduce)."""
+
+    def row(parts):
+        return Linear(*parts) if group is None else RowParallelLinear(Linear(*parts), group)
+
+    layers = [LayerWeights(input_norm=s["input_norm"], qkv=Linear(*s["qkv"]), o=row(s["o"]),
+                           post_norm=s["post_norm"], gate_up=Linear(*s["gate_up"]), down=row(s["down"]))
               for s in shard["layers"]]
     head = lm_head if lm_head is not None else Linear(shard["embed"])  # (workers never compute logits)
     return cls(SimpleNamespace(**shard["config"]), shard["embed"], layers, shard["final_norm"], head)
