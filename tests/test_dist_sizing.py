@@ -52,6 +52,7 @@ def test_figure_and_readout_show_the_table():
     assert list(by_name["llama-3.1-70b (GQA)"].y) == [327_680, 163_840, 81_920, 40_960]
     assert list(by_name["deepseek-v3 (MLA)"].y) == [70_272] * 4
     lines = kv_per_gpu_readout("deepseek-v3", 8, gpu_gb=141, weight_dtype="fp8")
-    assert lines[0].startswith("<b>70,272 B per token on each GPU</b> (MLA")
-    assert "per node of 8" in lines[1]
-    assert "does not fit" in kv_per_gpu_readout("deepseek-v3", 1, gpu_gb=80)[1]
+    assert lines[0] == "<b>70,272 B per token on each GPU</b>" and lines[1].startswith("MLA")
+    assert "per node of 8" in lines[2]
+    assert "does not fit" in kv_per_gpu_readout("deepseek-v3", 1, gpu_gb=80)[2]
+    assert "1/8 of them" in kv_per_gpu_readout("deepseek-v3", 8, gpu_gb=141, weight_dtype="fp8", dcp=8)[2]

@@ -85,6 +85,8 @@ FACTS = {
                        batch=4, static_slots=384, useful=195),
     "08": lambda: dict(model="deepseek-v3", tokens=1000, block_size=16, sliding_window=128, prompts=8,
                        parted=2),
+    "09": lambda: dict(model="llama-3.1-70b", tp=16, handoff_model="llama-3.1-8b", prompt_len=1000,
+                       block_size=16),
 }
 
 

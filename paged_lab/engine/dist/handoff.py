@@ -3,8 +3,8 @@
 Disaggregated serving runs prefills and decodes on different GPUs, so that a long prefill never stalls
 the decodes of other requests. vLLM does it with a KV connector (``kv_transfer_config``; the
 ``NixlConnector`` registered in ``vllm/distributed/kv_transfer/kv_connector/factory.py``): the decode
-instance's scheduler asks the connector how many prompt tokens it can load
-(``get_num_new_matched_tokens`` in ``.../v1/nixl/pull_scheduler.py``: all of them), allocates its own
+instance's scheduler asks the connector how many prompt tokens it can load (``get_num_new_matched_tokens``
+in ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py``: all of them), allocates its own
 blocks for them, the connector reads the prefill instance's blocks into those, and once they have arrived
 the scheduler caches them and computes only the prompt's last token again, to sample the next one
 (``_update_waiting_for_remote_kv`` in ``vllm/v1/core/sched/scheduler.py``).
