@@ -35,5 +35,6 @@ def start_tensor_parallel(full, tp: int, kv, cache_dtype: str, backend: str, hyb
 
     if hybrid:
         raise ValueError("tensor_parallel_size > 1 does not take a model with sliding-window layer groups")
-    _tp.check_tensor_parallel(tp, full.num_heads, full.num_kv_heads, full.layers[0].gate_up.sizes[0])
+    intermediate = full.layers[0].gate_up.weights[0].shape[0]  # the gate's rows
+    _tp.check_tensor_parallel(tp, full.num_heads, full.num_kv_heads, intermediate)
     return _tp.start(full, tp, kv, cache_dtype, backend)

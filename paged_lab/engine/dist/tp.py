@@ -115,7 +115,7 @@ def build_runner(shard: dict, group, lm_head: Linear | None = None, cls=PagedLla
     layers = [LayerWeights(input_norm=s["input_norm"], qkv=Linear(*s["qkv"]), o=row(s["o"]),
                            post_norm=s["post_norm"], gate_up=Linear(*s["gate_up"]), down=row(s["down"]))
               for s in shard["layers"]]
-    head = lm_head if lm_head is not None else Linear(shard["embed"])  # (workers never compute logits)
+    head = lm_head if lm_head is not None else Linear([shard["embed"]], [None])  # (workers: no logits)
     return cls(SimpleNamespace(**shard["config"]), shard["embed"], layers, shard["final_norm"], head)
 
 
@@ -165,7 +165,8 @@ def serve(rank: int, group, shard: dict, pool: dict, kv_heads: list):
 def start(full: PagedLlama, tp: int, kv: KVCache, cache_dtype: str, backend: str) -> DriverRunner:
     """Split ``full`` over ``tp`` ranks: start ranks 1..tp-1 (each with its shard and a pool like ``kv``,
     which is rank 0's: same blocks, ``cache_dtype``) and return rank 0's runner."""
-    pool = {"num_blocks": kv.num_blocks, "block_size": kv.block_size, "dtype": cache_dtype, "backend": backend}
+    pool = {"num_blocks": kv.num_blocks, "block_size": kv.block_size, "dtype": cache_dtype,
+            "backend": backend}
     shards = [shard_model(full, tp, r) for r in range(tp)]
     heads = [list(head_ranges(full.num_heads, full.num_kv_heads, tp, r)[1]) for r in range(tp)]
     workers = Workers.start(serve, tp, rank_args=lambda r: (shards[r], pool, heads[r]))
