@@ -5,16 +5,17 @@ in worker processes; rank 0 is the caller's own process, which schedules and the
 collective like the others (vLLM V0's "driver worker"; V1 runs every rank in a worker and the scheduler
 in an engine-core process, ``MultiprocExecutor`` in ``vllm/v1/executor/multiproc_executor.py``).
 
-    workers = Workers.start(target, size=3, args=...)   # spawns ranks 1 and 2; returns once they are up
-    group = workers.group                                # rank 0's torch.distributed process group (gloo)
-    workers.broadcast(message)                           # one pickled message to every worker, in order
-    workers.call("pool_info")                            # ask each worker; their replies, by rank
+    workers = Workers.start(serve, size=3, rank_args=lambda r: (...,))  # spawns ranks 1, 2; waits for them
+    group = workers.group                        # rank 0's torch.distributed process group (gloo)
+    workers.broadcast("step", batch)             # one pickled message to every worker, in order
+    workers.call("pool_info")                    # ask each worker; their replies, rank 1 first
 
-The ranks meet over ``torch.distributed`` (a ``TCPStore`` on localhost and a gloo ``ProcessGroupGloo``,
-built directly rather than through ``init_process_group``, so one Python process can hold several engines;
-``torch.distributed.all_reduce(t, group=...)`` and ``send``/``recv`` take it as any group). On GPUs the same
-calls run on NCCL. Workers are spawned (a fresh interpreter each), so a script that starts them must
-guard its top level with ``if __name__ == "__main__":``, as any script using vLLM's multiprocessing must.
+The ranks meet over ``torch.distributed``: a ``TCPStore`` on localhost and a gloo ``ProcessGroupGloo``,
+built directly rather than through ``init_process_group``, so one Python process can hold several engines.
+``torch.distributed.all_reduce(t, group=...)`` takes such a group; point-to-point goes through the group's
+own ``send``/``recv`` (``dist.send`` asks for a registered group). On GPUs the same collectives run on NCCL
+(not run here). Workers are spawned (a fresh interpreter each), so a script that starts them must guard its
+top level with ``if __name__ == "__main__":``, as any script using vLLM's multiprocessing must.
 
 Stopping, the part that is easy to get wrong:
 - a worker ignores SIGINT (a terminal's Ctrl-C reaches every process of its group): the caller decides
