@@ -20,8 +20,9 @@ process group; NIXL moves GPU memory over RDMA or NVLink):
 2. the decode engine (rank 0, an ordinary ``LLM``) allocates its own blocks for the prompt, writes what it
    received into them through its block table and caches them (``BlockManager.cache_blocks``);
 3. ``generate()`` then finds those blocks as a prefix hit and computes only what did not travel: the
-   tokens of a last, partly filled block (only full blocks are sent; vLLM sends those too) and the last
-   prompt token.
+   tokens of a last, partly filled block and the last prompt token. (vLLM loads every prompt token, the
+   partial block's too, and recomputes only the last one; here only full blocks travel, because only they
+   can enter the prefix cache: a simplification that costs the decode side at most ``block_size`` tokens.)
 
 The handoff needs the decode engine's prefix caching on. Its blocks wait in the prefix cache until the
 request is admitted; a pool so full that they are evicted first only costs a recompute, never a wrong token.
