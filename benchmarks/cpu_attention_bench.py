@@ -1,4 +1,4 @@
-"""Paged attention on CPU: the C kernels (kernels.cpu_paged) against the torch path (gather + SDPA).
+"""Paged attention on CPU: the C kernels (kernels.cpu.attention) against the torch path (gather + SDPA).
 
 SmolLM2-135M's attention shapes (9 query heads, 3 KV heads, head_dim 64, block size 16), fp32, one
 call per layer for 30 layers whose caches are distinct (so K/V come from memory, as in a real step):
@@ -18,7 +18,8 @@ import platform
 
 import torch
 
-from paged_lab.kernels import cpu_paged, paged_attention_decode, paged_attention_prefill, torch_paged
+from paged_lab.kernels import paged_attention_decode, paged_attention_prefill, torch_paged
+from paged_lab.kernels.cpu import attention as cpu_attention
 from paged_lab.tools.kernel_bench import median_ms
 
 LAYERS, BLOCKS, BS, KVH, H, D = 30, 256, 16, 3, 9, 64
@@ -30,8 +31,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if not cpu_paged.available():
-        print(f"the C kernels are not available here: {cpu_paged.why_unavailable()}")
+    if not cpu_attention.available():
+        print(f"the C kernels are not available here: {cpu_attention.why_unavailable()}")
         return 1
     g = torch.Generator().manual_seed(0)
     caches = [(torch.randn(BLOCKS, BS, KVH, D, generator=g), torch.randn(BLOCKS, BS, KVH, D, generator=g))

@@ -1,10 +1,10 @@
 """One engine decode step, eager against compiled (``LLM(enforce_eager=False)``), at several batch sizes.
 
-Both engines run the same SmolLM2-135M (fp32, oneDNN-prepacked eager weights) over the same prompts; for
-each batch size n, n requests are prefilled and decoded together, and the engine's per-step timeline
-gives the time of each of the ``--steps`` decode steps after 3 warm-up steps. Prints the median ms per
-step and eager / compiled (above 1: compiled is faster), measured in the same run, and checks that both
-engines produced the same tokens. Compiling takes about a minute per size (start-up, not timed).
+Both engines run the same SmolLM2-135M (fp32; the eager one with packed weights, ``cpu_prepack=True``) over
+the same prompts; for each batch size n, n requests are prefilled and decoded together, and the engine's
+per-step timeline gives the time of each of the ``--steps`` decode steps after 3 warm-up steps. Prints the
+median ms per step and eager / compiled (above 1: compiled is faster), measured in the same run, and checks
+that both engines produced the same tokens. Compiling takes about a minute per size (start-up, not timed).
 
     .venv/bin/python benchmarks/decode_step_bench.py [--threads 1] [--sizes 1,4,8] [--steps 15]
 """
@@ -51,7 +51,7 @@ def main() -> int:
     model, tok, _ = load_cpu_model()
     work = bench_workload(tok, num_requests=max(sizes))
     blocks = 2 * max(sizes) * 8
-    eager = LLM(model, tokenizer=tok, max_num_seqs=max(sizes), num_kv_blocks=blocks)
+    eager = LLM(model, tokenizer=tok, max_num_seqs=max(sizes), num_kv_blocks=blocks, cpu_prepack=True)
     t = time.perf_counter()
     compiled = LLM(model, tokenizer=tok, max_num_seqs=max(sizes), num_kv_blocks=blocks, enforce_eager=False,
                    compile_sizes=tuple(sizes))

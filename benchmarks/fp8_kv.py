@@ -1,4 +1,4 @@
-"""What an fp8 KV cache changes in SmolLM2's output: ``engine.kv_quant.compare_kv_cache_dtypes`` on a bigger
+"""What an fp8 KV cache changes in SmolLM2's output: ``tools.kv_dtypes.compare_kv_cache_dtypes`` on a bigger
 prompt set than notebook 08's, printed as a table (per prompt: the first generated token where fp8's
 greedy text differs from the model-dtype cache's, the share of equal tokens, and the teacher-forced
 next-token logit error, which does not compound), with the two pools' bytes.
@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from paged_lab.engine.kv_quant import DEFAULT_PROMPTS, compare_kv_cache_dtypes
+from paged_lab.tools.kv_dtypes import DEFAULT_PROMPTS, compare_kv_cache_dtypes
 
 MORE_PROMPTS = (
     "Who wrote 'Pride and Prejudice'?",

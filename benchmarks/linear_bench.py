@@ -1,5 +1,5 @@
 """The engine's matmuls: ``F.linear``, oneDNN with prepacked weights, and the C panel matmul
-(``kernels.cpu_gemm``, what ``engine.linear.Linear(prepack=True)`` runs for up to ``MAX_ROWS`` rows where
+(``kernels.cpu.gemm``, what ``kernels.cpu.linear.PackedLinear`` runs for up to ``MAX_ROWS`` rows where
 it can).
 
 One decoder layer's projections of SmolLM2-135M (q/k/v stacked, o, gate/up stacked, down), 30 copies
@@ -18,9 +18,9 @@ import platform
 
 import torch
 
-from paged_lab.engine.linear import Linear, can_prepack
-from paged_lab.engine.llama import PREPACK_BATCH_HINT
-from paged_lab.kernels import cpu_gemm
+from paged_lab.engine.llama import Linear
+from paged_lab.kernels.cpu import gemm
+from paged_lab.kernels.cpu.linear import BATCH_HINT, PackedLinear, can_prepack
 from paged_lab.tools.kernel_bench import median_ms
 
 HIDDEN, INTER, Q, KV, VOCAB, LAYERS = 576, 1536, 576, 192, 49152, 30
@@ -49,7 +49,7 @@ def main() -> int:
     if not can_prepack(torch.zeros(1, dtype=dtype)):
         print(f"this torch has no oneDNN (mkldnn) {args.dtype} CPU support: nothing to compare")
         return 1
-    why_no_c = cpu_gemm.why_unusable(torch.zeros(16, 1, dtype=dtype))
+    why_no_c = gemm.why_unusable(torch.zeros(16, 1, dtype=dtype))
     g = torch.Generator().manual_seed(0)
     rand = lambda *shape: (torch.randn(*shape, generator=g) * 0.02).to(dtype)  # noqa: E731
     layers = [dict(qkv=[rand(Q, HIDDEN), rand(KV, HIDDEN), rand(KV, HIDDEN)], o=[rand(HIDDEN, Q)],
@@ -58,15 +58,15 @@ def main() -> int:
     head = [rand(VOCAB, HIDDEN)]
     groups = {"30 layers (q/k/v, o, gate/up, down)": layers, "head 49152 x 576": [dict(head=head)]}
     print(f"python {platform.python_version()}, torch {torch.__version__}, {platform.machine()}, torch "
-          f"threads {args.threads}, {args.dtype}, batch hint {PREPACK_BATCH_HINT}, median of {args.repeats}"
+          f"threads {args.threads}, {args.dtype}, batch hint {BATCH_HINT}, median of {args.repeats}"
           + (f"; no C matmul: {why_no_c}" if why_no_c else ""))
     print(f"{'what':<38}{'rows':>5}{'F.linear ms':>13}{'oneDNN ms':>11}"
           f"{'C ms':>8}{'F/oneDNN':>10}{'oneDNN/C':>10}")
     with torch.inference_mode():
         for name, group in groups.items():
-            plain = [{k: Linear(ws) for k, ws in layer.items()} for layer in group]
+            plain = [{k: Linear(ws, [None] * len(ws)) for k, ws in layer.items()} for layer in group]
             onednn = [{k: _onednn_only(ws) for k, ws in layer.items()} for layer in group]
-            panels = None if why_no_c else [{k: Linear(ws, prepack=True) for k, ws in layer.items()}
+            panels = None if why_no_c else [{k: PackedLinear(ws) for k, ws in layer.items()}
                                             for layer in group]
             for rows in ROWS:
                 x = {HIDDEN: rand(rows, HIDDEN), INTER: rand(rows, INTER)}  # [rows, in_features]
@@ -75,9 +75,9 @@ def main() -> int:
                 print(f"{name:<38}{rows:>5}{a:>13.2f}{b:>11.2f}{c:>8.2f}{a / b:>9.2f}x{b / c:>9.2f}x")
     # the paths agree (fp32: summation order only)
     x = rand(8, HIDDEN)
-    want = Linear(head).parts(x)[0].float()
+    want = Linear(head, [None]).parts(x)[0].float()
     for label, lin in (("oneDNN", _onednn_only(head)), ("C",
-                                                        None if why_no_c else Linear(head, prepack=True))):
+                                                        None if why_no_c else PackedLinear(head))):
         if lin is not None:
             diff = (lin.parts(x)[0].float() - want).abs().max().item()
             assert diff < (1e-5 if dtype == torch.float32 else 0.1), diff
@@ -85,11 +85,12 @@ def main() -> int:
     return 0
 
 
-def _onednn_only(ws) -> Linear:
-    """A Linear that multiplies with its oneDNN copy at every row count (the C matmul's panels dropped)."""
-    lin = Linear(ws)
-    lin.packed = torch.ops.mkldnn._reorder_linear_weight(ws[0] if len(ws) == 1 else torch.cat(ws),
-                                                         PREPACK_BATCH_HINT)
+def _onednn_only(ws) -> PackedLinear:
+    """A PackedLinear that multiplies with its oneDNN copy at every row count (the C matmul's panels
+    dropped)."""
+    lin = PackedLinear(ws)
+    lin.panels = None
+    lin.packed = torch.ops.mkldnn._reorder_linear_weight(ws[0] if len(ws) == 1 else torch.cat(ws), BATCH_HINT)
     return lin
 
 

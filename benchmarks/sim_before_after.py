@@ -4,7 +4,7 @@ A refactor must report its speed before and after. Run one after the other, two 
 different machine load (this project's machines are small and shared); alternating the runs inside
 one process lets the load hit both alike. The other checkout's ``paged_lab`` is copied into a
 temporary folder under the name ``paged_lab_before`` (its imports renamed), so both can be loaded.
-Either may have either layout: ``simulate`` in ``paged_lab.sim`` (since c3293f6) or in ``paged_lab.sched``.
+Both must have ``simulate`` in ``paged_lab.sim`` (since c3293f6).
 
     git worktree add --detach /tmp/before <commit>
     .venv/bin/python benchmarks/sim_before_after.py /tmp/before            # 1,000 requests
@@ -29,17 +29,10 @@ from before_checkout import import_before  # benchmarks/, beside this script
 
 
 def simulation_api(package: str) -> SimpleNamespace:
-    """``simulate``, ``paged``, ``workloads``, ``BlockManager`` and ``ContiguousAllocator`` of ``package``, in
-    either layout: simulate() in ``<package>.sim`` (since c3293f6) or in ``<package>.sched`` (before)."""
-    memory = importlib.import_module(f"{package}.memory")
-    try:
-        sim = importlib.import_module(f"{package}.sim")
-        contiguous = memory.ContiguousAllocator
-    except ModuleNotFoundError:
-        sim = importlib.import_module(f"{package}.sched")
-        contiguous = sim.ContiguousAllocator
+    """``simulate``, ``paged``, ``workloads``, ``BlockManager`` and ``ContiguousAllocator`` of ``package``."""
+    memory, sim = (importlib.import_module(f"{package}.{room}") for room in ("memory", "sim"))
     return SimpleNamespace(simulate=sim.simulate, paged=sim.paged, workloads=sim.workloads,
-                           BlockManager=memory.BlockManager, ContiguousAllocator=contiguous)
+                           BlockManager=memory.BlockManager, ContiguousAllocator=memory.ContiguousAllocator)
 
 
 def load_before(checkout: Path) -> SimpleNamespace:

@@ -19,8 +19,13 @@ lasts; the previous one is put back). Another handler (a program's own, or ipyke
 two steps of one call is raised at the end of the next step (or of the call); outside a call, at once.
 
 What a signal cannot reach, an exception from inside a step still can (a bug, or a ``KeyboardInterrupt``
-raised some other way): the engine's abort path rebuilds the scheduler and the pool empty
-(``Scheduler.abort_all``), so it needs no step to be atomic against those.
+raised some other way). For those a call names its way back to a whole state:
+
+    with interrupts.on_error(abort, requests):   # an exception escaping the body runs abort(err, requests)
+        run_the_steps()                          # inside atomic(), then goes on
+
+The engine's ``abort`` rebuilds the scheduler and the pool empty (``Scheduler.abort_all``), so it needs no
+step to be atomic against those.
 """
 
 from __future__ import annotations
@@ -105,3 +110,23 @@ class atomic:
             _HELD.restore()
         elif _HELD.previous is not None:
             _HELD.raise_pending()
+
+
+class on_error:
+    """``with on_error(undo, *args):`` -- when an exception (``KeyboardInterrupt`` included) escapes the
+    body, ``undo(err, *args)`` runs inside ``atomic()`` (a Ctrl-C meanwhile waits for it to finish) and the
+    exception then goes on. A body that ends normally runs nothing."""
+
+    __slots__ = ("undo", "args")
+
+    def __init__(self, undo, *args):
+        self.undo, self.args = undo, args
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb) -> bool:
+        if err is not None:
+            with atomic():
+                self.undo(err, *self.args)
+        return False  # the exception goes on

@@ -2,7 +2,8 @@
 
 Runs with whatever torch, triton and transformers the machine's python already has; installs and
 downloads nothing (the model is ``random:llama-3.2-1b``: Llama-3.2-1B's shapes, seeded random weights).
-About 5-8 minutes on one H100/H200-class GPU. Four parts, each also runnable alone with ``--only``:
+About 3 minutes on one H200 (measured 2026-12-04, docs/benchmarks.md). Four parts, each also
+runnable alone with ``--only``:
 
 - ``kernels``: every Triton kernel compiled on this GPU against the torch reference (decode unsplit and
   split, prefill, store_kv; fp32/fp16/bf16; the dispatch's block sizes; GQA 1/3/4/8; head dims 64/128);
@@ -211,10 +212,29 @@ def _load(args):
 
 
 def check_identity(args, loaded) -> list[Result]:
+    """Greedy tokens against transformers in the GPU's serving dtype (bf16/fp16, where random weights give
+    many near-ties) and again in float32 with TF32 off (few near-ties: most tokens are compared)."""
+    model, tok, _, dtype = loaded
+    results = _identity(args, model, tok, dtype)
+    del model
+    import torch
+
+    torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    from paged_lab.models import load_model
+
+    model32, tok32, _ = load_model(args.model, dtype="float32", device="cuda", progress=False)
+    results += _identity(args, model32, tok32, "float32")
+    del model32
+    torch.cuda.empty_cache()
+    return results
+
+
+def _identity(args, model, tok, dtype) -> list[Result]:
     from paged_lab.engine import LLM, SamplingParams
+    from paged_lab.kernels import resolve_backend
     from paged_lab.tools.gpu import NEAR_TIE_MARGIN, compare_greedy, hf_greedy
 
-    model, tok, _, dtype = loaded
     llm = LLM(model, tokenizer=tok, dtype=dtype, num_kv_blocks=1024, attention_backend="auto")
     outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True),
                         use_tqdm=False)
@@ -225,15 +245,14 @@ def check_identity(args, loaded) -> list[Result]:
         ours = o.outputs[0].token_ids[:len(ref)]  # transformers stops at EOS; the engine ignores it here
         matches.append(compare_greedy(ours, ref, gaps, margin))
     cmd = _cmd(args, "identity")
-    from paged_lab.kernels import resolve_backend
-
     backend = resolve_backend(llm.attention_backend, *llm.kv.layers[0])
     return [
-        Result("identity", f"prompts whose greedy tokens equal transformers' until the first near-tie "
-               f"(margin {margin} on {dtype} logits; attention {backend})", sum(m.equal for m in matches),
+        Result("identity", f"{dtype}: prompts whose greedy tokens equal transformers' until the first "
+               f"near-tie (margin {margin} on the logits; attention {backend})",
+               sum(m.equal for m in matches),
                f"of {len(PROMPTS)}",
                f"{len(PROMPTS)} of {len(PROMPTS)}", all(m.equal for m in matches), cmd),  # fmt: skip
-        Result("identity", "tokens compared (before near-ties) out of 8 x 32",
+        Result("identity", f"{dtype}: tokens compared (before near-ties) out of 8 x 32",
                sum(m.compared for m in matches),
                command=cmd),  # fmt: skip
     ]
@@ -308,6 +327,7 @@ def main(argv=None) -> int:
     import paged_lab  # noqa: F401  (before triton: decides compiled vs interpreted kernels)
 
     start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)  # the parts write their logs there before the report
     env = environment()
     print(f"GPU check on {env['gpu']}: {', '.join(args.only)}")
     results: list[Result] = []

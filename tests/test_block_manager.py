@@ -322,6 +322,25 @@ def test_every_operation_is_logged_and_stamped_with_the_clock():
     assert all(e.describe() for e in bm.events)
 
 
+def test_the_replay_has_one_handler_for_each_kind_of_event_in_one_table():
+    from paged_lab.memory.events import KINDS, _Replayer
+
+    assert set(_Replayer.HANDLERS) == set(KINDS) and all(map(callable, _Replayer.HANDLERS.values()))
+
+
+def test_used_slots_are_computed_from_the_tables_and_sequences_are_read_only():
+    bm = BlockManager(8, 4)
+    bm.allocate("p", [1, 2, 3, 4, 5, 6])  # blocks 0 (full) and 1 (2 of 4 slots)
+    bm.fork("p", "c")  # shares both: the half-filled block 1 counts once
+    assert (bm.reserved_slots, bm.empty_slots, bm.used_slots) == (8, 2, 6)
+    bm.append_token("c", 7)  # copy-on-write: c's own block 2 holds 3 tokens, p's block 1 still 2
+    assert (bm.reserved_slots, bm.empty_slots, bm.used_slots) == (12, 3, 9)
+    with pytest.raises(TypeError):
+        bm.sequences["x"] = bm.sequences["p"]  # a read-only view (the invariant checks read the tables)
+    bm.free("p"), bm.free("c")
+    assert bm.used_slots == bm.empty_slots == 0
+
+
 def test_replay_matches_the_live_state_after_every_event():
     bm = BlockManager(6, 2, enable_prefix_caching=True)
     states = []

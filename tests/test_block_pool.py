@@ -4,7 +4,7 @@ import pytest
 from scriptkit import load_script
 
 from paged_lab.memory import BlockPool, InvalidBlockConfig, OutOfBlocks
-from paged_lab.memory.block_pool import FreeBlockQueue
+from paged_lab.memory.free_queue import FreeBlockQueue
 
 
 @pytest.mark.parametrize("kwargs, name", [

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from paged_lab.engine import LLM, SamplingParams
+from paged_lab.engine.llama import Linear
+from paged_lab.kernels.cpu.linear import can_prepack
 
 pytestmark = pytest.mark.slow
 
@@ -172,10 +174,15 @@ def test_triton_backend_gives_the_torch_backend_tokens(smollm2, prompt_ids, hf_g
     assert tokens(outs) == [t[:3] for t in hf_greedy[:2]]
 
 
-def test_without_prepacked_weights_the_tokens_are_the_same(smollm2, prompt_ids, hf_greedy):
-    """cpu_prepack=False: the model's own tensors through F.linear (the RAM-saving path)."""
-    llm = make_llm(smollm2, cpu_prepack=False)
-    assert not llm.runner.prepacked
+def test_with_prepacked_weights_the_tokens_are_the_same(smollm2, prompt_ids, hf_greedy):
+    """cpu_prepack=True: a packed copy of the weights (kernels.cpu.fast_path); the default, and
+    cpu_prepack=False, multiply with the model's own tensors through F.linear (the RAM-saving path)."""
+    default, unpacked = make_llm(smollm2), make_llm(smollm2, cpu_prepack=False)
+    assert default.runner.ops.linear is unpacked.runner.ops.linear is Linear
+    if not can_prepack(smollm2[0].get_input_embeddings().weight):
+        pytest.skip("torch built without mkldnn: nothing is packed")
+    llm = make_llm(smollm2, cpu_prepack=True)
+    assert llm.runner.ops.linear is not Linear
     assert tokens(llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], GREEDY,
                                use_tqdm=False)) == hf_greedy
 

@@ -30,7 +30,7 @@ def test_what_the_engine_keeps_is_bounded(small_windows):
     assert replay(first["events"], 32) == llm.block_manager.state()  # a short run's log replays whole
     _run(llm, 10)  # 36 requests, 3 steps a call
     st = llm.stats()
-    assert not llm._requests  # no request outlives its generate() call
+    assert not llm.requests  # no request outlives its generate() call
     assert len(st["timeline"]) == 8 and st["timeline"][-1]["step"] == st["num_steps"] == 36
     assert 20 <= len(st["events"]) < 40 and st["events"][-1].index == len(st["events"]) - 1 + (
         st["events"][0].index)  # the latest events, numbered from the first ever

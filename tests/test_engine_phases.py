@@ -86,7 +86,7 @@ def test_the_forward_reads_nothing_back_from_the_device(monkeypatch):
     llm._add_request(None, [14, 15, 16, 17, 18], SamplingParams(temperature=0, max_tokens=3))
     llm.step()  # their prefills
     batch = llm.prepare_batch(llm.scheduler.schedule())  # their first decodes
-    llm._attend.prepare(batch.meta, *llm.kv.layers[0])  # checked and planned, as its first layer does
+    llm.attention.prepare(batch.meta, *llm.kv.layers[0])  # checked and planned, as its first layer does
     reads = []
     for name in ("item", "tolist", "__int__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
@@ -185,7 +185,7 @@ def test_compiled_decode_graph_matches_the_eager_forward_layer_by_layer():
 
     def run(llm):
         seen, logits_seen = [], []
-        attend, sample = llm._attend, llm._sample
+        attend, sample = llm.attention, llm._sample
 
         def spy(q, k, v, k_cache, v_cache, meta, scale):
             if meta.is_decode:
@@ -196,7 +196,7 @@ def test_compiled_decode_graph_matches_the_eager_forward_layer_by_layer():
             logits_seen.append(logits.clone())
             return sample(logits, seqs)
 
-        llm._attend, llm._sample = spy, spy_sample
+        llm.attention, llm._sample = spy, spy_sample
         outs = llm.generate(PROMPTS, sp, use_tqdm=False)
         return seen, logits_seen, [o.outputs[0].token_ids for o in outs]
 

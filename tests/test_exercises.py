@@ -118,7 +118,7 @@ def test_the_solution_only_when_asked():
     assert check(slot_for).solution is None and "block_table[pos // block_size]" not in str(check(slot_for))
     asked = check(slot_for, show_solution=True)
     assert "block_table[pos // block_size] * block_size" in str(asked) and not asked.passed
-    assert "paged_lab.memory.block_manager.slot_for" in solution("slot_for")
+    assert "paged_lab.memory.block_tables.slot_for" in solution("slot_for")
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))

@@ -7,21 +7,18 @@ positions p-3..p, so after c computed tokens the next one skips c - 3 of them, (
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from paged_lab.kv_math import cdiv, window_blocks_held
 from paged_lab.memory import BlockManager, BlockPool, InvalidArgument, InvalidBlockConfig, OutOfBlocks, replay
+from paged_lab.memory.block_pool import NULL_BLOCK
 from paged_lab.memory.errors import BlockManagerError
-from paged_lab.memory.hybrid import (
-    NULL_BLOCK,
-    HybridBlockManager,
-    KVCacheGroup,
-    blocks_held_over_time,
-    kv_cache_groups,
-    window_prefix_hit,
-)
+from paged_lab.memory.hybrid import HybridBlockManager, blocks_held_over_time
+from paged_lab.memory.layer_groups import KVCacheGroup, kv_cache_groups
 from paged_lab.memory.prefix_cache import block_hashes
+from paged_lab.memory.sliding_window import SlidingWindowManager, window_prefix_hit
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sched.scheduler import RequestTooLargeError
 from paged_lab.sim.fit import requests_that_fit
@@ -82,6 +79,20 @@ def test_full_attention_never_frees():
     bm.allocate("a", list(range(7)))
     bm.remove_skipped_blocks("a", 7)
     assert bm.block_table("a") == [0, 1, 2, 3]
+
+
+def test_windows_live_beside_the_full_attention_manager_not_in_it():
+    """As vLLM's SlidingWindowManager beside its FullAttentionManager (single_type_kv_cache_manager.py): the
+    BlockManager's file holds no window, null-block or skipped-block code and reads in one sitting."""
+    import paged_lab.memory.block_manager as full
+
+    source = Path(full.__file__).read_text(encoding="utf-8")
+    assert len(source.splitlines()) <= 300
+    window_words = ("NULL_BLOCK", "num_skipped_blocks", "free_blocks_before", "blocks_for_hit")
+    assert not any(word in source for word in window_words)
+    assert not hasattr(BlockManager, "free_blocks_before") and issubclass(SlidingWindowManager, BlockManager)
+    with pytest.raises(InvalidBlockConfig, match="group"):
+        SlidingWindowManager(8, 2, FULL)  # a window manager needs a window
 
 
 def test_admission_counts_the_window_at_most_its_peak():
@@ -151,7 +162,7 @@ def test_invariants_catch_a_null_entry_out_of_place():
 
 
 def test_a_shared_block_outlives_the_window_of_one_table():
-    bm = BlockManager(8, 2)
+    bm = SlidingWindowManager(8, 2, SWA)
     bm.allocate("a", [1, 2, 3, 4, 5])
     bm.fork("a", "b")
     assert bm.free_blocks_before("b", 2) == []  # "a" still holds both blocks
@@ -242,7 +253,7 @@ def test_random_runs_keep_the_rules_and_the_window_bound(seed):
 def test_the_event_log_replays_the_windows_frees():
     """A BlockManager that owns its pool, driven as a window group: replaying its log (``skip`` events
     included) rebuilds the live pool, tables with their null entries and the free queue's order."""
-    bm = BlockManager(8, 2)
+    bm = SlidingWindowManager(8, 2, SWA)
     bm.allocate("a", [1, 2, 3, 4, 5])
     bm.allocate("b", [6, 7, 8])
     bm.free_blocks_before("a", 2)

@@ -1,4 +1,4 @@
-"""The C attention kernels (kernels.cpu_paged) against the readable reference, and their fallbacks."""
+"""The C attention kernels (kernels.cpu.attention) against the readable reference, and their fallbacks."""
 
 import math
 import os
@@ -11,15 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paged_lab.kernels import (
-    cpu_paged,
     paged_attention_decode,
     paged_attention_prefill,
     reference,
     store_kv,
 )
+from paged_lab.kernels.cpu import attention as cpu_attention
+from paged_lab.kernels.cpu import build
 from paged_lab.kernels.synthetic import random_paged_kv
 
-needs_kernel = pytest.mark.skipif(not cpu_paged.available(), reason=f"{cpu_paged.why_unavailable()}")
+needs_kernel = pytest.mark.skipif(not cpu_attention.available(), reason=f"{cpu_attention.why_unavailable()}")
 
 
 # ------------------------------------------------------------- how close an fp32 kernel must come
@@ -108,8 +109,8 @@ def test_store_and_decode_matches_reference_store_then_decode(lens, block_size, 
     reference.store_kv(k, v, want_k, want_v, slots)
     want = reference.paged_attention_decode(q, want_k, want_v, kv.block_tables, kv.context_lens, 0.125)
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
-    assert cpu_paged.usable(q, got_k, got_v)
-    got = cpu_paged.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    assert cpu_attention.usable(q, got_k, got_v)
+    got = cpu_attention.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
     assert not got.isnan().any()
     _assert_fp32_accurate(got, want, q, want_k, want_v, kv.block_tables, kv.context_lens, _decode_qsl(S))
     exact = dict(atol=0, rtol=0, equal_nan=True)
@@ -126,14 +127,14 @@ def test_negative_slots_are_not_stored_and_no_slots_store_nothing():
     slots = _slots_of_last_tokens(kv)
     slots[0] = -1
     got_k, got_v = kv.k_cache.clone(), kv.v_cache.clone()
-    cpu_paged.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
+    cpu_attention.decode(q, k, v, got_k, got_v, slots, kv.block_tables, kv.context_lens, 0.125)
     want_k, want_v = kv.k_cache.clone(), kv.v_cache.clone()
     store_kv(k, v, want_k, want_v, slots, backend="reference")
     exact = dict(atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(got_k, want_k, **exact)
     torch.testing.assert_close(got_v, want_v, **exact)
     untouched_k = kv.k_cache.clone()
-    cpu_paged.decode(q, None, None, untouched_k, kv.v_cache.clone(), None, kv.block_tables,
+    cpu_attention.decode(q, None, None, untouched_k, kv.v_cache.clone(), None, kv.block_tables,
                                 kv.context_lens, 0.125)
     torch.testing.assert_close(untouched_k, kv.k_cache, **exact)
 
@@ -146,13 +147,13 @@ def test_decode_reads_the_fused_qkv_outputs_views_in_place():
     kv = random_paged_kv([5, 30, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=11)
     qkv = torch.randn(3, (9 + 2 * 3) * 64, generator=torch.Generator().manual_seed(12))
     q, k, v = (t.view(3, -1, 64) for t in qkv.split_with_sizes([9 * 64, 3 * 64, 3 * 64], dim=-1))
-    assert not q.is_contiguous() and cpu_paged._packed_heads(q).data_ptr() == q.data_ptr()  # no copy
+    assert not q.is_contiguous() and cpu_attention._packed_heads(q).data_ptr() == q.data_ptr()  # no copy
     slots = _slots_of_last_tokens(kv)
     runs = []
     for args in ((q, k, v), (q.contiguous(), k.contiguous(), v.contiguous()),
                  (q.transpose(0, 1).contiguous().transpose(0, 1), k, v)):  # heads apart: copied
         kc, vc = kv.k_cache.clone(), kv.v_cache.clone()
-        out = cpu_paged.decode(*args, kc, vc, slots, kv.block_tables, kv.context_lens, 0.125)
+        out = cpu_attention.decode(*args, kc, vc, slots, kv.block_tables, kv.context_lens, 0.125)
         runs.append((out, kc, vc))
     exact = dict(atol=0, rtol=0, equal_nan=True)
     for out, kc, vc in runs[1:]:
@@ -167,7 +168,7 @@ def test_one_long_context_spans_many_softmax_chunks():
     kv = random_paged_kv([4000, 17], block_size=16, num_kv_heads=3, head_dim=64, seed=5)
     q = torch.randn(2, 9, 64, generator=torch.Generator().manual_seed(6)) * 4  # sharper softmax
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
-    got = cpu_paged.decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
+    got = cpu_attention.decode(q, None, None, kv.k_cache, kv.v_cache, None, kv.block_tables,
                                       kv.context_lens, 0.125)
     _assert_fp32_accurate(got, paged_attention_decode(*args, backend="reference"), *args[:5], _decode_qsl(2))
 
@@ -193,8 +194,8 @@ def test_prefill_matches_reference_for_whole_and_chunked_prompts(prompts, block_
     q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim,
                     generator=torch.Generator().manual_seed(seed))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
-    assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
-    got = cpu_paged.prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
+    assert cpu_attention.usable(q, kv.k_cache, kv.v_cache)
+    got = cpu_attention.prefill(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, qsl, 0.125)
     assert not got.isnan().any()
     _assert_fp32_accurate(got, paged_attention_prefill(*args, backend="reference"), *args[:5], qsl)
 
@@ -224,11 +225,11 @@ def test_the_cpu_and_torch_backends_give_the_same_decode():
 def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=8, seed=1)
     q = torch.randn(1, 4, 8)
-    assert not cpu_paged.usable(q, kv.k_cache, kv.v_cache)  # head_dim 8: not a multiple of 16
+    assert not cpu_attention.usable(q, kv.k_cache, kv.v_cache)  # head_dim 8: not a multiple of 16
     big = random_paged_kv([5], block_size=4, num_kv_heads=1, head_dim=272, seed=1)
-    assert not cpu_paged.usable(torch.randn(1, 2, 272), big.k_cache, big.v_cache)  # over 256
+    assert not cpu_attention.usable(torch.randn(1, 2, 272), big.k_cache, big.v_cache)  # over 256
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.float16)
-    assert not cpu_paged.usable(q.new_zeros(1, 4, 64, dtype=torch.float16), kv.k_cache, kv.v_cache)
+    assert not cpu_attention.usable(q.new_zeros(1, 4, 64, dtype=torch.float16), kv.k_cache, kv.v_cache)
     # the torch backend then runs its own code: still right
     q = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(0)).half()
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
@@ -236,7 +237,7 @@ def test_shapes_and_dtypes_it_does_not_take_are_not_usable():
                                paged_attention_decode(*args, backend="reference").float(), atol=2e-2,
                                rtol=2e-2)
     kv = random_paged_kv([5], block_size=4, num_kv_heads=2, head_dim=64, seed=1, dtype=torch.bfloat16)
-    assert not cpu_paged.usable(torch.zeros(1, 4, 64), kv.k_cache, kv.v_cache)  # fp32 q over a bf16 cache
+    assert not cpu_attention.usable(torch.zeros(1, 4, 64), kv.k_cache, kv.v_cache)  # fp32 q over a bf16 cache
 
 
 @needs_kernel
@@ -246,7 +247,7 @@ def test_a_bf16_cache_is_read_in_place_and_attended_in_fp32():
     kv = random_paged_kv([5, 19, 33], block_size=8, num_kv_heads=2, head_dim=64, seed=4, dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(1)
     q = torch.randn(3, 6, 64, generator=g).bfloat16()
-    assert cpu_paged.usable(q, kv.k_cache, kv.v_cache)
+    assert cpu_attention.usable(q, kv.k_cache, kv.v_cache)
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.context_lens, 0.125)
     got = paged_attention_decode(*args, backend="cpu")
     assert got.dtype == torch.bfloat16
@@ -263,8 +264,8 @@ def test_a_bf16_cache_is_read_in_place_and_attended_in_fp32():
 
 
 _WHY = """
-from paged_lab.kernels import cpu_paged
-print(cpu_paged.available(), cpu_paged.why_unavailable())
+from paged_lab.kernels.cpu import attention as cpu_attention
+print(cpu_attention.available(), cpu_attention.why_unavailable())
 """
 
 
@@ -285,13 +286,13 @@ def test_without_the_kernel_it_says_why(tmp_path, env, expect):
 # ----------------------------------------------------------------- the cached library is verified
 _LOAD = """
 import json
-from paged_lab.kernels import cpu_paged
-print(json.dumps([cpu_paged.available(), cpu_paged.why_unavailable()]))
+from paged_lab.kernels.cpu import attention as cpu_attention
+print(json.dumps([cpu_attention.available(), cpu_attention.why_unavailable()]))
 """
 
 _DROPPED = r"""
 #include <stdio.h>
-/* a library that runs code when loaded, and exports what cpu_paged looks up */
+/* a library that runs code when loaded, and exports what cpu.attention looks up */
 __attribute__((constructor)) static void run_at_load(void) {
     FILE *f = fopen("%s", "w");
     if (f) fclose(f);
@@ -333,42 +334,42 @@ def test_a_library_swapped_into_the_cache_is_rebuilt_not_loaded(tmp_path):
     assert load() == [True, None]
     assert not marker.exists(), "the library dropped into the cache was loaded (its constructor ran)"
     digest = lib.with_name(lib.name + ".sha256").read_text().strip()
-    assert cpu_paged._sha256(lib) == digest != cpu_paged._sha256(tmp_path / "dropped.so")  # rebuilt
+    assert build._sha256(lib) == digest != build._sha256(tmp_path / "dropped.so")  # rebuilt
 
 
 def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
     """No library is loaded from a folder someone else owns
     (here: this process pretends to be another uid)."""
     folder = tmp_path / "kernels"
-    assert cpu_paged._private_folder(folder) is None
+    assert build._private_folder(folder) is None
     assert folder.stat().st_mode & 0o777 == 0o700  # created closed to others
     monkeypatch.setattr(os, "getuid", lambda: folder.stat().st_uid + 1)
-    why = cpu_paged._private_folder(folder)
+    why = build._private_folder(folder)
     assert (why is not None and f"belongs to uid {folder.stat().st_uid}, not this user" in why
             and "PAGED_LAB_CACHE" in why)
 
 
 def test_only_a_closed_file_matching_its_sidecar_counts_as_our_build(tmp_path):
-    """The rules of cpu_paged._is_our_build, file by file; and a folder of ours that others could write
+    """The rules of build._is_our_build, file by file; and a folder of ours that others could write
     in is closed to 0700 (what was dropped in meanwhile then fails these rules)."""
     folder = tmp_path / "kernels"
     folder.mkdir(mode=0o775)
     os.chmod(folder, 0o775)  # whatever the umask: group-writable
-    assert cpu_paged._private_folder(folder) is None and folder.stat().st_mode & 0o777 == 0o700
+    assert build._private_folder(folder) is None and folder.stat().st_mode & 0o777 == 0o700
     lib, digest = folder / "k.so", folder / "k.so.sha256"
     lib.write_bytes(b"a library")
-    assert not cpu_paged._is_our_build(lib, digest)  # no sidecar
-    digest.write_text(cpu_paged._sha256(lib) + "\n")
+    assert not build._is_our_build(lib, digest)  # no sidecar
+    digest.write_text(build._sha256(lib) + "\n")
     os.chmod(lib, 0o700)
     os.chmod(digest, 0o600)
-    assert cpu_paged._is_our_build(lib, digest)
+    assert build._is_our_build(lib, digest)
     os.chmod(lib, 0o770)
-    assert not cpu_paged._is_our_build(lib, digest)  # group-writable
+    assert not build._is_our_build(lib, digest)  # group-writable
     os.chmod(lib, 0o700)
     lib.write_bytes(b"another library")
-    assert not cpu_paged._is_our_build(lib, digest)  # the bytes changed since the build
+    assert not build._is_our_build(lib, digest)  # the bytes changed since the build
     link = folder / "link.so"
     link.symlink_to(lib)
-    digest.write_text(cpu_paged._sha256(lib) + "\n")
-    assert cpu_paged._is_our_build(lib, digest)
-    assert not cpu_paged._is_our_build(link, digest)  # a link: where it points may change after the check
+    digest.write_text(build._sha256(lib) + "\n")
+    assert build._is_our_build(lib, digest)
+    assert not build._is_our_build(link, digest)  # a link: where it points may change after the check

@@ -39,11 +39,11 @@ def _decode_args(kv, **over):
 
 def test_auto_is_torch_on_cpu_and_unknown_backend_is_named(kv):
     """On a CPU "auto" is the C kernels where they can run (a backend named "cpu"), else torch."""
-    from paged_lab.kernels import cpu_paged
+    from paged_lab.kernels.cpu import attention as cpu_attention
 
     assert set(BACKENDS) == {"auto", "triton", "cpu", "torch", "reference"}
     if not torch.cuda.is_available():
-        assert resolve_backend("auto", kv.k_cache) == ("cpu" if cpu_paged.available() else "torch")
+        assert resolve_backend("auto", kv.k_cache) == ("cpu" if cpu_attention.available() else "torch")
     with pytest.raises(ValueError, match="backend must be one of"):
         paged_attention_decode(**_decode_args(kv), backend="cuda")
 
@@ -233,10 +233,10 @@ def _backends_here():
     """Every backend that can run on this machine (Triton through its interpreter on a CPU)."""
     import importlib.util
 
-    from paged_lab.kernels import cpu_paged
+    from paged_lab.kernels.cpu import attention as cpu_attention
 
     names = ["auto", "torch", "reference"]
-    if cpu_paged.available():
+    if cpu_attention.available():
         names.append("cpu")
     if importlib.util.find_spec("triton") is not None:
         names.append("triton")

@@ -89,7 +89,7 @@ def test_a_mixed_step_split_into_decodes_and_prefills_attends_as_one_batch():
     """PagedAttention on a mixed step: two one-token queries (decodes) and a 6-token prefill chunk, attended
     apart (num_decodes=2: decode kernel + prefill kernel) and together (the prefill kernel pads every query
     to 6); the backend's plan of the step, not the metadata, holds the parts and the checked flag."""
-    from paged_lab.engine.llama import AttentionMetadata, PagedAttention
+    from paged_lab.engine.attention import AttentionMetadata, PagedAttention
 
     lens = [11, 5, 14]
     kv = random_paged_kv(lens, block_size=4, num_kv_heads=3, head_dim=64, seed=9)

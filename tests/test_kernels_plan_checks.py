@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from paged_lab.kernels import cpu_paged, paged_attention_decode, paged_attention_prefill
+from paged_lab.kernels import paged_attention_decode, paged_attention_prefill
+from paged_lab.kernels.cpu import attention as cpu_attention
 from paged_lab.kernels.synthetic import random_paged_kv
 from paged_lab.kernels.torch_paged import plan_gather, plan_mismatch
 
@@ -82,7 +83,7 @@ for backend in sys.argv[1:]:
 
 
 def test_plans_that_do_not_belong_to_the_call_raise_a_value_error_naming_plan():
-    backends = ["auto", "torch", "reference"] + (["cpu"] if cpu_paged.available() else [])
+    backends = ["auto", "torch", "reference"] + (["cpu"] if cpu_attention.available() else [])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-c", _CHILD, *backends], capture_output=True, text=True, env=env,
                          timeout=300)

@@ -11,7 +11,7 @@ import torch
 from paged_lab import kernels
 from paged_lab.kernels import dispatch, torch_paged
 from paged_lab.kv_math import cdiv
-from paged_lab.memory.hybrid import NULL_BLOCK
+from paged_lab.memory.block_pool import NULL_BLOCK
 
 BACKENDS = ["torch", "reference"]
 

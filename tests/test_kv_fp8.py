@@ -14,9 +14,9 @@ from tiny_models import head_dim_64_llama
 
 from paged_lab import kernels
 from paged_lab.engine import LLM, KVCache, SamplingParams
-from paged_lab.engine.kv_quant import compare_kv_cache_dtypes, first_divergence
 from paged_lab.kernels.quant import FP8_DTYPE, FP8_MAX, as_bits, dequantize_kv, quantize_kv
 from paged_lab.kv_math import ModelSpec
+from paged_lab.tools.kv_dtypes import compare_kv_cache_dtypes, first_divergence
 
 FP8_MIN_NORMAL = 2.0**-6  # e4m3: 4 exponent bits, bias 7 -> the smallest normal number is 2^-6
 

@@ -1,12 +1,15 @@
-"""kernels.cpu_layer_ops (RMSNorm, RoPE, SiLU(gate) * up in C) against the torch code they replace in
+"""kernels.cpu.layer_ops (RMSNorm, RoPE, SiLU(gate) * up in C) against the torch code they replace in
 engine.llama: fp32 to rounding (RoPE to the bit), bf16 to the bit (rounded where torch rounds)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from paged_lab.engine import llama
-from paged_lab.kernels import cpu_layer_ops
+from paged_lab.engine.llama import TORCH_OPS
+from paged_lab.kernels.cpu import fast_path
+from paged_lab.kernels.cpu import layer_ops as cpu_layer_ops
+
+CPU_OPS = fast_path.with_c_layer_ops(TORCH_OPS)  # what the model runs on a CPU (kernels.cpu.fast_path)
 
 pytestmark = pytest.mark.skipif(not cpu_layer_ops.usable(torch.zeros(1)),
                                 reason="the C layer ops do not run here (no AVX-512 or no C compiler)")
@@ -34,7 +37,7 @@ def test_rms_norm_is_the_torch_formula(dtype, rows, n):
         assert torch.equal(got, want)
     else:
         torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-6)  # the mean's summation order
-    assert torch.equal(llama.rms_norm(x, w, 1e-5), got)  # what the model runs on a CPU
+    assert torch.equal(CPU_OPS.rms_norm(x, w, 1e-5), got)  # what the model runs on a CPU
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -47,7 +50,7 @@ def test_rope_in_place_on_the_q_k_slices_is_the_torch_formula_to_the_bit(dtype, 
     want_q, want_k = q * cos + q.roll(32, -1) * sin, k * cos + k.roll(32, -1) * sin
     v_before = v.clone()
     assert cpu_layer_ops.rope_usable(q, k, cos)
-    got_q, got_k = llama.rope(q, k, cos, sin)
+    got_q, got_k = CPU_OPS.rope(q, k, cos, sin)
     assert got_q.data_ptr() == q.data_ptr() and torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
     assert torch.equal(v, v_before)  # v, beside them in the same rows, untouched
     assert not cpu_layer_ops.rope_usable(q[..., :48], k[..., :48], cos[..., :48])  # half of 48 is not 16k

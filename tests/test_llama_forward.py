@@ -3,7 +3,11 @@
 import pytest
 import torch
 
-from paged_lab.engine.llama import AttentionMetadata, PagedLlama, rope_inv_freq
+from paged_lab.engine.attention import AttentionMetadata
+from paged_lab.engine.llama import TORCH_OPS, Linear, PagedLlama
+from paged_lab.engine.rope import rope_inv_freq
+from paged_lab.kernels.cpu import fast_path
+from paged_lab.kernels.cpu.linear import can_prepack
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +48,20 @@ class PagedRun:
         return self.runner.compute_logits(hidden)
 
 
-@pytest.fixture(scope="module", params=[None, False], ids=["prepack-auto", "F.linear"])
+def cpu_ops(model, prepack: bool):
+    """The ops an engine runs on a CPU (``kernels.cpu.fast_path``), with or without packed weights."""
+    return fast_path.install(TORCH_OPS, model, prepack)
+
+
+@pytest.fixture(scope="module", params=["packed", "F.linear", "torch"])
 def runner(smollm2, request):
-    """Both matmul paths: oneDNN-prepacked weights (the CPU default) and the model's own tensors."""
-    return PagedLlama.from_hf(smollm2[0], prepack=request.param)
+    """Every path: the CPU fast path with packed weights (where oneDNN can pack them) and without (the
+    model's own tensors: the engine's default), and the plain torch forward with none of the fast path."""
+    model = smollm2[0]
+    if request.param == "torch":
+        return PagedLlama.from_hf(model)
+    prepack = request.param == "packed" and can_prepack(model.get_input_embeddings().weight)
+    return PagedLlama.from_hf(model, cpu_ops(model, prepack))
 
 
 @pytest.fixture(scope="module")
@@ -165,30 +179,40 @@ def test_untied_head_llama3_rope_and_qkv_bias_on_a_tiny_random_model():
     torch.testing.assert_close(got, hf_logits(model, ids), atol=1e-4, rtol=1e-4)
 
 
-def test_runner_is_shared_per_model_and_rebuilt_when_prepack_differs(smollm2):
+def test_packed_weights_are_shared_per_model_and_plain_runners_use_the_models_tensors(smollm2):
     model = smollm2[0]
-    auto = PagedLlama.from_hf(model)
-    assert PagedLlama.from_hf(model) is auto  # several engines over one model share one runner
-    plain = PagedLlama.from_hf(model, prepack=False)
-    assert plain is not auto and not plain.prepacked
-    assert plain.layers[0].qkv.weights[0] is not None and plain.layers[0].qkv.packed is None
+    if not can_prepack(model.get_input_embeddings().weight):
+        pytest.skip("torch built without mkldnn: nothing is packed")
+    packed = PagedLlama.from_hf(model, cpu_ops(model, prepack=True))
+    again = PagedLlama.from_hf(model, cpu_ops(model, prepack=True))
+    assert again.layers[0].qkv is packed.layers[0].qkv  # several engines over one model share one copy
+    plain = PagedLlama.from_hf(model, cpu_ops(model, prepack=False))
+    assert plain.ops.linear is Linear and plain.layers[0].qkv is not packed.layers[0].qkv
+    assert plain.layers[0].qkv.weights[0] is not None and not hasattr(plain.layers[0].qkv, "packed")
     # the model's own tensors are used as they are, never copied
     assert (plain.layers[0].qkv.weights[0].data_ptr()
             == model.model.layers[0].self_attn.q_proj.weight.data_ptr())
     assert plain.lm_head.weights[0].data_ptr() == model.lm_head.weight.data_ptr()
 
 
-def test_runner_follows_a_dtype_change_of_the_model():
-    """A model moved to another dtype after its first engine gets a new runner (the cached one would hold
-    stale tensors)."""
+def test_packed_weights_follow_a_change_of_the_models_tensors():
+    """A model whose tensors changed after its first engine (moved to another dtype and back) is packed
+    anew (the kept copy would be stale); a plain runner follows a dtype change, as it holds the tensors."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, head_dim=16)
     model = LlamaForCausalLM(cfg).eval()
-    first = PagedLlama.from_hf(model)
-    assert first.dtype == torch.float32 and PagedLlama.from_hf(model) is first
+    if not can_prepack(model.get_input_embeddings().weight):
+        pytest.skip("torch built without mkldnn: nothing is packed")
+    first = PagedLlama.from_hf(model, cpu_ops(model, prepack=True))
+    assert first.dtype == torch.float32
+    assert PagedLlama.from_hf(model, cpu_ops(model, prepack=True)).layers[0].qkv is first.layers[0].qkv
+    model.double().float()  # new tensors, the same values
+    second = PagedLlama.from_hf(model, cpu_ops(model, prepack=True))
+    assert second.layers[0].qkv is not first.layers[0].qkv
+    q_proj = model.model.layers[0].self_attn.q_proj.weight
+    assert second.layers[0].qkv.weights[0].data_ptr() == q_proj.data_ptr()
     model.to(torch.bfloat16)
-    second = PagedLlama.from_hf(model)
-    assert second is not first and second.dtype == torch.bfloat16
-    assert second.layers[0].qkv.weights[0].dtype == torch.bfloat16
+    plain = PagedLlama.from_hf(model)
+    assert plain.dtype == torch.bfloat16 and plain.layers[0].qkv.weights[0].dtype == torch.bfloat16

@@ -48,6 +48,8 @@ def assert_invariants(bm, kv):
     assert bm.num_free_blocks + bm.num_used_blocks == bm.num_blocks
     assert bm.num_used_blocks == len(holders)
     assert bm.stats.prefix_cache_hits <= bm.stats.prefix_cache_queries
+    slots = {slot for sid in bm.seq_ids for slot in bm.slot_mapping(sid)}
+    assert bm.used_slots == len(slots), "used_slots: every slot that holds a token, a shared one once"
     bm.check_invariants()
 
 

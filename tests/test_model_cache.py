@@ -171,6 +171,6 @@ def test_binder_builds_the_model_and_the_kernels_into_the_image():
     assert model_dir_problem(_cache.cache_root() / SMOLLM2_CACHE_NAME) is None
     assert [k for k in done if k.startswith("C kernels")] == [
         "C kernels paged_attention.c", "C kernels panel_gemm.c", "C kernels layer_ops.c"]
-    from paged_lab.kernels import cpu_paged
+    from paged_lab.kernels.cpu import attention as cpu_attention
 
-    assert all(v == "ready" for v in done.values()) == (cpu_paged.why_unavailable() is None)
+    assert all(v == "ready" for v in done.values()) == (cpu_attention.why_unavailable() is None)

@@ -6,7 +6,8 @@ from tiny_models import tiny_torch_engine
 
 
 def test_measuring_decode_steps_counts_its_runs_on_a_bar(capsys):
-    from paged_lab.engine.step_model import MachineProbe, measure_decode_steps
+    from paged_lab.engine.step_model import MachineProbe
+    from paged_lab.tools.decode_steps import measure_decode_steps
 
     llm, probe = tiny_torch_engine(), MachineProbe("test", bandwidth=1e10, matmul_flops=1e11)
     measure_decode_steps(llm, probe, batch_sizes=(1, 2), context_lens=(8,), max_tokens=3, rounds=2)
@@ -19,8 +20,8 @@ def test_measuring_decode_steps_counts_its_runs_on_a_bar(capsys):
 
 @pytest.mark.slow
 def test_the_fp8_comparison_and_the_benchmark_show_progress(smollm2, capsys):
-    from paged_lab.engine.kv_quant import compare_kv_cache_dtypes
     from paged_lab.tools.bench import run_bench
+    from paged_lab.tools.kv_dtypes import compare_kv_cache_dtypes
 
     model, tok, _ = smollm2
     compare_kv_cache_dtypes(model, prompts=["Hi", "Name a color."], max_tokens=3, tokenizer=tok,

@@ -43,7 +43,7 @@ def test_probe_measures_positive_rates_and_checks_its_arguments():
 def test_measure_decode_steps_reads_the_engines_timeline_and_the_figure_draws_it():
     from tiny_models import tiny_torch_engine
 
-    from paged_lab.engine.step_model import measure_decode_steps
+    from paged_lab.tools.decode_steps import measure_decode_steps
     from paged_lab.viz.engine import fig_step_time
 
     llm = tiny_torch_engine()

@@ -7,7 +7,7 @@ from paged_lab.memory.scenarios import (
     parallel_sampling,
     prefix_sharing_summary,
     random_requests,
-    shared_prefix,
+    shared_system_prompt,
 )
 from paged_lab.viz import blocks as V
 from paged_lab.viz.colors import PALETTE
@@ -152,11 +152,11 @@ def test_playground_follows_the_sliders():
 
 
 def test_scenarios_are_replayable():
-    for bm in (shared_prefix(3, 10, 3, 4), parallel_sampling(3, [1, 2, 3, 4, 5], 3, 4)):
+    for bm in (shared_system_prompt(3, 10, 3, 4), parallel_sampling(3, [1, 2, 3, 4, 5], 3, 4)):
         assert replay(bm.events, bm.num_blocks) == bm.state()
         bm.check_invariants()
     with pytest.raises(ValueError, match="k >= 1"):
-        shared_prefix(0, 4, 4, 4)
+        shared_system_prompt(0, 4, 4, 4)
 
 
 def test_prefix_sharing_readout_says_what_was_saved_and_why():
@@ -288,7 +288,7 @@ def test_no_label_is_covered_by_a_fill_whatever_the_fill():
     bounds = {"num_requests": (1, 12), "seed": (0, 9)}
     figs += [V.block_table_playground(bs, n, seed, bounds=bounds) for bs in (1, 2, 4, 8, 16) for n, seed in
              ((6, 0), (12, 3), (12, 7))]
-    figs.append(V.fig_block_tables(shared_prefix(4, 48, 12, 16), 16))
+    figs.append(V.fig_block_tables(shared_system_prompt(4, 48, 12, 16), 16))
     partial = 0
     for fig in figs:
         assert not uncovered(fig), (fig.layout.title.text, uncovered(fig))

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from scriptkit import load_script
 
-from paged_lab.memory.hybrid import NULL_BLOCK, HybridBlockManager, KVCacheGroup
+from paged_lab.memory.block_pool import NULL_BLOCK
+from paged_lab.memory.hybrid import HybridBlockManager
+from paged_lab.memory.layer_groups import KVCacheGroup
 from paged_lab.sched import Scheduler, Sequence
 from paged_lab.sim.kv_check import KVContentChecker
 

@@ -6,11 +6,12 @@
     out[0].outputs[0].text
 """
 
+from paged_lab.engine.attention import AttentionMetadata
+from paged_lab.engine.config import EngineConfig
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.kv_quant import KVDtypeReport, compare_kv_cache_dtypes
-from paged_lab.engine.llama import AttentionMetadata, PagedLlama
+from paged_lab.engine.llama import PagedLlama
 from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama", "AttentionMetadata",
-           "KVCache", "KVDtypeReport", "compare_kv_cache_dtypes"]
+__all__ = ["LLM", "EngineConfig", "SamplingParams", "RequestOutput", "CompletionOutput", "PagedLlama",
+           "AttentionMetadata", "KVCache"]

@@ -13,13 +13,14 @@ which reads the step's block tables and the layer's KV cache from a forward cont
 sets before each call (as vLLM's ``unified_attention_with_output`` in
 ``vllm/model_executor/layers/attention/attention.py`` does), so the graph's shapes depend only on the
 batch size, never on context lengths or tables. The attention itself is the eager engine's
-(``llama.PagedAttention``, over the backend the engine chose), and so is each layer's math: the graph calls
-``llama.decoder_layer`` over the same ``LayerWeights``, with plain ``F.linear`` weights (biases included).
+(``attention.PagedAttention``, over the backend the engine chose), and so is each layer's math: the graph
+calls ``llama.decoder_layer`` over the same ``LayerWeights`` with the plain torch ops (``llama.TORCH_OPS``:
+``F.linear`` on the model's own tensors, biases included; inductor fuses the element-wise ops itself).
 
 Each batch size is its own graph (``dynamic=False``), so the engine pads a decode batch of n sequences
 up to the next captured size (``capture_sizes``, as vLLM pads to its CUDA-graph sizes); padding rows
-store nothing and attend to nothing. Compiling takes about a minute per size on the development machine
-(2 cores), once per engine.
+store nothing and attend to nothing. Each size compiles once per engine, when it starts (how long that
+takes: docs/benchmarks.md, "Compiled decode steps").
 The math is the eager forward's, summed in another order: about 1e-7 relative.
 """
 
@@ -33,8 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paged_lab.engine.linear import Linear
-from paged_lab.engine.llama import LayerWeights, decoder_layer, rms_norm
+from paged_lab.engine.llama import LayerWeights, Linear, decoder_layer, rms_norm
 
 DEFAULT_CAPTURE_SIZES = (1, 2, 4)
 
@@ -91,7 +91,7 @@ class DecodeGraph(nn.Module):
             self.weights.append(nn.Parameter(t.detach(), requires_grad=False))
             return self.weights[-1]
 
-        def linear(lin: Linear) -> Linear:  # the model's own tensors, never the prepacked copy
+        def linear(lin) -> Linear:  # the model's own tensors, never a packed copy (kernels.cpu)
             return Linear([param(w) for w in lin.weights], [param(b) for b in lin.biases])
 
         self.embed = param(runner.embed)  # [vocab, hidden]
@@ -149,7 +149,7 @@ class CompiledDecoder:
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list, meta: Any,
                  attention) -> torch.Tensor:
         """Logits [n, vocab] of n decode tokens (input_ids, positions: int64 [n]), n <= max capture size;
-        ``attention`` as ``PagedLlama.forward``'s (the eager engine's ``llama.PagedAttention``)."""
+        ``attention`` as ``PagedLlama.forward``'s (the eager engine's ``attention.PagedAttention``)."""
         n = input_ids.shape[0]
         size = self.bucket(n)
         if size is None:

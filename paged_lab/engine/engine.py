@@ -15,9 +15,12 @@ One engine step (``LLM.step``), in the phases of nano-vllm's model runner:
   3. ``postprocess``: sample, ``Scheduler.update()`` appends the tokens and finishes sequences (EOS,
      max_tokens); "fork" mode forks n > 1 children; the engine adds stop strings and extra EOS ids.
 
-Around the step, in their own modules: ``engine.inputs`` checks what ``generate()`` is given,
-``engine.parallel_sampling`` makes the n completions of a request, ``engine.metrics`` times the steps
-and computes ``stats()``.
+Around the step, in their own modules: ``engine.config`` holds and checks the engine's arguments,
+``engine.inputs`` checks what ``generate()`` is given, ``engine.batch`` lays out a step's input,
+``engine.parallel_sampling`` makes the n completions of a request (``engine.request`` holds them),
+``engine.outputs`` finds stop strings and makes the outputs, ``engine.metrics`` times the steps and
+computes ``stats()``; ``paged_lab._interrupts`` holds a Ctrl-C until a step ends and aborts a call that
+an exception escapes.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from collections.abc import Sequence as _Seq
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,143 +35,84 @@ import torch
 from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
 from paged_lab.engine import dist, inputs
+from paged_lab.engine.attention import PagedAttention
+from paged_lab.engine.batch import Batch, prepare_batch
 from paged_lab.engine.concurrency import OneCaller
+from paged_lab.engine.config import EngineConfig, engine_config, eos_token_ids, llm_signature
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
 from paged_lab.engine.kv_groups import LayerGroups
-from paged_lab.engine.llama import AttentionMetadata, PagedAttention, PagedLlama
+from paged_lab.engine.llama import TORCH_OPS, PagedLlama
 from paged_lab.engine.metrics import EngineMetrics, engine_stats, progress_bar, show_progress
+from paged_lab.engine.outputs import OutputProcessor
 from paged_lab.engine.parallel_sampling import ParallelSampling
-from paged_lab.engine.params import CompletionOutput, RequestOutput, SamplingParams
-from paged_lab.engine.request import Request
+from paged_lab.engine.params import RequestOutput, SamplingParams
+from paged_lab.engine.request import EngineRequest, RequestTable
 from paged_lab.engine.sampling import sample
+from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
-from paged_lab.sched import Scheduler, Sequence, SequenceStatus
-
-
-@dataclass
-class Batch:
-    """One step's model input: the query tokens of every scheduled sequence, concatenated, one-token
-    queries (decodes) first. num_tokens = sum of query lengths; num_seqs = len(scheduled)."""
-
-    scheduled: list  # [num_seqs] ScheduledSeq, in batch order
-    input_ids: torch.Tensor  # int64 [num_tokens]
-    positions: torch.Tensor  # int64 [num_tokens]: each token's position in its sequence
-    meta: AttentionMetadata | list  # slot_mapping [num_tokens], block_tables [num_seqs, max_blocks], ...;
-    # layer groups: one per layer (each its group's)
-    sample_rows: list[int]  # [num_sampled]: the row of each sampled sequence's last query token
-    sample_seqs: list[Sequence]  # [num_sampled]: the sequence each of those rows samples for
-
-    @property
-    def num_tokens(self) -> int:
-        return self.input_ids.shape[0]
+from paged_lab.sched import Scheduler, Sequence
 
 
 class LLM:
     """A paged-KV inference engine over a Llama-family transformers model.
 
-    model: a name or path for ``paged_lab.models.load_model`` ("smollm2-135m" ships offline), or an
-        already loaded transformers model (then pass ``tokenizer`` too).
-    block_size: tokens per KV block. num_kv_blocks / kv_cache_memory: size of the pool, in blocks or in
-        bytes (default 512 MiB); max_num_seqs: sequences running at once; max_num_batched_tokens: tokens
-        computed per step (default 4,096: vLLM V1's offline ``LLM`` on a CPU, ``get_batch_defaults`` in
-        ``vllm/engine/arg_utils.py``, which picks 8,192-16,384 on GPUs); a longer prompt is prefilled in
-        chunks (chunked prefill, on by default in V1). None: no limit.
-    enable_prefix_caching: reuse KV blocks of identical prompt prefixes (vLLM's automatic prefix caching).
-        A model with sliding-window layers (``config.layer_types``; ``models.sliding_window_variant``)
-        runs its layer groups on a ``HybridBlockManager`` (``engine.kv_groups``), prefix caching included:
-        a window group's hit needs only the blocks of its last window, as in vLLM.
-    kv_cache_dtype: what the KV pool holds, vLLM's names: "auto" (the model's dtype) or "fp8" (K and V as
-        ``torch.float8_e4m3fn``, 1 byte a number, with one scale per layer for K and one for V, 1.0 as
-        vLLM's default; ``engine.kv_cache``). An fp8 pool holds 4x the tokens of fp32 in the same
-        ``kv_cache_memory`` (2x bf16's). The C and Triton kernels read float caches, so "auto" runs the
-        torch backend on an fp8 pool (``stats()["attention_backend_skipped"]`` says why);
-        ``engine.kv_quant.compare_kv_cache_dtypes`` measures what fp8 changes in the output.
-    attention_backend: "auto" (Triton on CUDA; on a CPU the C kernels where they can run, else torch),
-        "triton", "cpu" (C kernels), "torch", "reference" (``paged_lab.kernels``). ``stats()`` says which ran.
-    preemption: "recompute" (a preempted sequence drops its blocks and is prefilled again later).
-    parallel_sampling: how ``SamplingParams(n > 1)`` shares the prompt (``engine.parallel_sampling``).
-        "fork" (the paper, vLLM V0): once the prompt is prefilled, n - 1 children fork the parent's block
-        table (refcounts) and draw their first token from its logits; the first write into a shared,
-        partly filled block is a copy-on-write (a child that finds no free window of ``max_num_seqs``
-        waits in the queue and is prefilled anew once admitted). "prefix" (vLLM V1): n - 1 independent
-        requests with the same prompt, added with it, which find its full blocks in the prefix cache
-        (``enable_prefix_caching``) and compute the rest themselves; no copy-on-write. Both give the same
-        tokens (completion i samples with seed + i). Default: "prefix", as vLLM V1.
-    enforce_eager: True (the default) runs every step eagerly. False compiles the decode step with
-        ``torch.compile`` (``engine.compiled``: frozen weights, generated C++ GEMMs, fused element-wise
-        ops) for the batch sizes ``compile_sizes`` (default 1, 2, 4; a decode batch is padded up to the
-        next one, larger batches and prefills stay eager). CPU float32 only. Compiling takes about a
-        minute per size on a laptop CPU, once per engine (``compile_progress`` shows a bar), and holds
-        another packed copy of the weights; it pays off in long runs (``benchmarks/engine_bench.py``).
-        vLLM compiles by default; paged_lab does not, because notebooks and tests must start fast.
-    cpu_prepack: multiply with a packed copy of the weights (``engine.linear``): the C panel matmul
-        (``kernels.cpu_gemm``, AVX-512) for decode-sized batches, oneDNN where it cannot run; faster decode
-        steps on CPU (docs/benchmarks.md), at the cost of a second copy of the weights in RAM (+540 MB for
-        SmolLM2 in fp32; bf16 also keeps oneDNN's copy for prefills, +2 x 270 MB). None -> on wherever it
-        applies (CPU, fp32/bf16); False -> the model's own tensors.
+    Its arguments are ``EngineConfig``'s (``engine.config``: their defaults, meaning and checks), given
+    by keyword as to vLLM's ``LLM``: ``LLM("smollm2-135m", block_size=16, num_kv_blocks=64)``; or made
+    beforehand: ``LLM(config=EngineConfig(...))``. A bad argument raises before the model loads.
     """
 
-    def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, dtype: Any = "float32",
-                 block_size: int = 16, num_kv_blocks: int | None = None, kv_cache_memory: int | None = None,
-                 max_num_seqs: int = 32, max_num_batched_tokens: int | None = 4096,
-                 enable_prefix_caching: bool = True, kv_cache_dtype: str = "auto",
-                 attention_backend: str = "auto",
-                 preemption: str = "recompute", device: str | None = None, max_model_len: int | None = None,
-                 parallel_sampling: str = "prefix",
-                 cpu_prepack: bool | None = None, enforce_eager: bool = True,
-                 compile_sizes: tuple[int, ...] | None = None, compile_progress: bool = True,
-                 tensor_parallel_size: int = 1):
-        tp = dist.check_args(tensor_parallel_size, enforce_eager, parallel_sampling)
-        inputs.check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling)
-        resolve_kv_cache_dtype(kv_cache_dtype, "float32")  # a bad name raises before the model loads
-        inputs.check_flags(enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
-                           compile_progress=compile_progress, cpu_prepack=cpu_prepack)
-        max_model_len = inputs.check_max_model_len(max_model_len)
-        hf_model, self.tokenizer, self.model_name = _load(model, tokenizer, dtype, device)
-        self.hf_model = hf_model
-        self.device = next(hf_model.parameters()).device
-        self.dtype = canonical_dtype(dtype)
-        self.kv_cache_dtype = kv_cache_dtype
-        self.cache_dtype = resolve_kv_cache_dtype(kv_cache_dtype, self.dtype)  # "float32", ..., or "fp8"
+    def __init__(self, model: Any = "smollm2-135m", tokenizer: Any = None, *,
+                 config: EngineConfig | None = None, **kwargs: Any):
+        self.config = cfg = engine_config(model, tokenizer, config, kwargs)  # checked: raises before loading
+        hf_model, self.tokenizer, self.model_name = cfg.load_model()
+        self.hf_model, self.device = hf_model, next(hf_model.parameters()).device
+        self.dtype, self.kv_cache_dtype = canonical_dtype(cfg.dtype), cfg.kv_cache_dtype
+        self.cache_dtype = resolve_kv_cache_dtype(cfg.kv_cache_dtype, self.dtype)  # "float32", ..., or "fp8"
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
-        inputs.check_compilable(enforce_eager, self.device, self.dtype, self.cache_dtype)
-        self.runner = PagedLlama.from_hf(hf_model, prepack=cpu_prepack if tp == 1 else False)
-        self.max_model_len = inputs.model_len(max_model_len, self.runner.max_model_len)
-        self.block_size = block_size
         self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
-        inputs.check_layer_groups(groups.hybrid, parallel_sampling, enforce_eager)
-        self.tensor_parallel_size, rank_spec = tp, dist.rank_spec(self.spec, tp)  # one rank's KV heads
-        self.num_blocks = resolve_num_blocks(rank_spec, block_size, self.cache_dtype, num_kv_blocks,
-                                             kv_cache_memory,  # fp8: 1 byte a number
-                                             groups.layers_per_block if groups.hybrid else None)
-        self.kv = KVCache(rank_spec, self.num_blocks, block_size, self.cache_dtype, self.device,
-                          size_arg="num_kv_blocks" if num_kv_blocks is not None else "kv_cache_memory",
-                          layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
-        self.block_manager = groups.block_manager(self.num_blocks, block_size, enable_prefix_caching,
-                                                  max_num_batched_tokens)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs=max_num_seqs, mode="continuous",
-                                   preemption="recompute", max_num_batched_tokens=max_num_batched_tokens)
-        self.attention_backend = attention_backend
-        if tp > 1:  # rank 0 (here) keeps the Scheduler and the pool of its heads; workers run the others
-            self.runner = dist.start_tensor_parallel(self.runner, tp, self.kv, self.cache_dtype,
-                                                     attention_backend, groups.hybrid)
+        cfg.check_model(self.device, self.dtype, self.cache_dtype, groups.hybrid)
+        prepack = bool(cfg.cpu_prepack) and cfg.tensor_parallel_size == 1  # (TP: each rank its own slices)
+        ops = fast_path.install(TORCH_OPS, hf_model, prepack)  # the one choice of path
+        self.runner = PagedLlama.from_hf(hf_model, ops)
+        self.max_model_len = cfg.model_len(self.runner.max_model_len)
+        self._build_pool(cfg)
+        if cfg.tensor_parallel_size > 1:  # rank 0 (here) schedules; workers hold the other heads
+            self.runner = dist.start_tensor_parallel(self.runner, cfg.tensor_parallel_size, self.kv,
+                                                     self.cache_dtype, cfg.attention_backend, groups.hybrid)
+        self.attention_backend = cfg.attention_backend
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
-        self._attend = PagedAttention(attention_backend, stats=self.kernel_stats, like=self.kv.layers[0],
-                                      num_heads=self.runner.num_heads, sliding_window=groups.sliding_window)
-        self.enable_prefix_caching = enable_prefix_caching
-        self.eos_token_ids = _eos_ids(hf_model, self.tokenizer)
+        self.attention = PagedAttention(cfg.attention_backend, stats=self.kernel_stats,
+                                        like=self.kv.layers[0], num_heads=self.runner.num_heads,
+                                        sliding_window=groups.sliding_window)
+        self.eos_token_ids = eos_token_ids(hf_model, self.tokenizer)
         self.inputs = inputs.InputProcessor(self.tokenizer, self.spec.vocab_size, self.max_model_len,
                                             self.scheduler)
-        self._requests: dict[Any, Request] = {}  # seq_id -> its request
-        self.parallel = ParallelSampling(parallel_sampling, self.scheduler, self._requests,
+        self.requests = RequestTable()  # the running requests, by seq_id (none outlives its generate())
+        self.parallel = ParallelSampling(cfg.parallel_sampling, self.scheduler, self.requests,
                                          self.eos_token_ids, self.device)
-        self._next_request = 0
+        self.outputs = OutputProcessor(self.tokenizer, self.eos_token_ids, self.requests)
         self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
-        if not enforce_eager:
-            self.compiled = self._compile(compile_sizes, progress=compile_progress)
+        if not cfg.enforce_eager:
+            self.compiled = self._compile(cfg.compile_sizes, progress=cfg.compile_progress)
         self.metrics = EngineMetrics(self.scheduler, self.block_manager, self.layer_groups)  # times, timeline
         self._caller = OneCaller()  # generate() from two threads at once: the second raises
+
+    def _build_pool(self, cfg: EngineConfig) -> None:
+        """The KV pool (its tensors, its BlockManager) and the Scheduler over it."""
+        groups, self.block_size = self.layer_groups, cfg.block_size
+        rank_spec = dist.rank_spec(self.spec, cfg.tensor_parallel_size)  # one rank's KV heads
+        self.num_blocks = resolve_num_blocks(rank_spec, cfg.block_size, self.cache_dtype, cfg.num_kv_blocks,
+                                             cfg.kv_cache_memory,  # fp8: 1 byte a number
+                                             groups.layers_per_block if groups.hybrid else None)
+        self.kv = KVCache(rank_spec, self.num_blocks, cfg.block_size, self.cache_dtype, self.device,
+                          size_arg="num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_memory",
+                          layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
+        self.enable_prefix_caching = cfg.enable_prefix_caching
+        self.block_manager = groups.block_manager(self.num_blocks, cfg.block_size, cfg.enable_prefix_caching,
+                                                  cfg.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs, mode="continuous",
+                                   preemption="recompute", max_num_batched_tokens=cfg.max_num_batched_tokens)
 
     @property
     def timeline(self) -> list[dict]:
@@ -219,19 +161,14 @@ class LLM:
         with self._caller.call("generate()"), interrupts.held():  # one call at a time; Ctrl-C at step ends
             prepared = self.inputs.process(prompts, sampling_params)
             arrivals = inputs.check_arrival_steps(arrival_steps, len(prepared))
-            requests: list[Request | None] = [None] * len(prepared)  # filled in as they arrive
+            requests: list[EngineRequest | None] = [None] * len(prepared)  # filled in as they arrive
             total = sum(sp.n * self.inputs.max_tokens(ids, sp) for _, ids, sp in prepared)
-            try:
-                with progress_bar(use_tqdm, total) as bar:
-                    self._run(prepared, arrivals, requests, bar)
-            except BaseException as err:  # KeyboardInterrupt included: the engine must survive a Ctrl-C
-                with interrupts.atomic():
-                    self._abort_interrupted(requests, err)
-                raise
+            with interrupts.on_error(self._abort, requests), progress_bar(use_tqdm, total) as bar:
+                self._run(prepared, arrivals, requests, bar)  # an exception escaping here: self._abort
             with interrupts.atomic():
-                outputs = [self._output(r) for r in requests]
+                outputs = [self.outputs.output(r, self.metrics.request_metrics(r)) for r in requests]
                 self.metrics.retire(requests)  # their latencies and counts; the engine keeps no request
-                self._requests.clear()
+                self.requests.release()
             return outputs
 
     def _run(self, prepared, arrivals: list[int], requests: list, bar) -> None:
@@ -247,11 +184,10 @@ class LLM:
             self.step()  # (an idle step when nobody has arrived yet)
             show_progress(bar, requests)
 
-    def _add_request(self, text: str | None, ids: list[int], sp: SamplingParams) -> Request:
+    def _add_request(self, text: str | None, ids: list[int], sp: SamplingParams) -> EngineRequest:
         """Queue one checked request: its first completion, and in "prefix" mode the n - 1 others."""
-        req = Request(str(self._next_request), text, ids, sp, max_tokens=self.inputs.max_tokens(ids, sp),
-                      arrival_step=self.scheduler.step_count)
-        self._next_request += 1
+        req = self.requests.new(text, ids, sp, max_tokens=self.inputs.max_tokens(ids, sp),
+                                arrival_step=self.scheduler.step_count)
         self.scheduler.add_request(self.parallel.new_completion(req))
         self.parallel.add_siblings(req)
         return req
@@ -280,54 +216,13 @@ class LLM:
         return finished
 
     def prepare_batch(self, out) -> Batch:
-        """The flat batch of one step: query tokens, their positions and slots, and per sequence its block
-        table and context length (layer groups: slots and tables per group). One-token queries (decodes) go
-        first, so that a mixed step can attend them apart (``llama.PagedAttention``)."""
-        scheduled = decodes_first(out.scheduled)
-        bm, groups = self.block_manager, self.layer_groups
-        input_ids, positions, ctx_lens, qsl = [], [], [], [0]
-        slots, tables = {g: [] for g in groups.layers}, {g: [] for g in groups.layers}  # group -> ...
-        sample_rows, sample_seqs = [], []
-        for s in scheduled:
-            seq = s.seq
-            input_ids += seq.token_ids[s.start:s.end]
-            positions += range(s.start, s.end)
-            for g, group_slots in groups.slots(bm, seq.seq_id, s.start, s.end).items():
-                slots[g] += group_slots
-            for g, table in groups.tables(bm, seq.seq_id).items():
-                tables[g].append(table)
-            ctx_lens.append(s.end)
-            qsl.append(qsl[-1] + s.num_tokens)
-            req = self._requests[seq.seq_id]
-            if s.is_prefill and req.num_cached_tokens is None and seq is req.seqs[0]:
-                req.num_cached_tokens = bm.num_cached_tokens(seq.seq_id)  # what its first prefill skipped
-            if s.samples:  # every known token computed -> sample the next one from the last position
-                sample_rows.append(qsl[-1] - 1)
-                sample_seqs.append(seq)
-        n_decode = sum(1 for s in scheduled if s.num_tokens == 1)
-        metas = {g.name: self._metadata(slots[g.name], tables[g.name], ctx_lens, qsl, n_decode,
-                                        g.sliding_window) for g in groups.groups}
-        meta = [metas[g] for g in groups.group_of_layer] if groups.hybrid else metas[groups.groups[0].name]
-        dev = self.device
-        return Batch(scheduled, torch.tensor(input_ids, dtype=torch.long, device=dev),
-                     torch.tensor(positions, dtype=torch.long, device=dev), meta, sample_rows, sample_seqs)
-
-    def _metadata(self, slots, tables, ctx_lens, qsl, num_decodes: int,
-                  sliding_window: int | None = None) -> AttentionMetadata:
-        """The attention tensors of a batch (its first ``num_decodes`` sequences have one query token) for
-        the layers of one group (``sliding_window``: theirs)."""
-        dev, width = self.device, max(len(t) for t in tables)
-        q_lens = [b - a for a, b in zip(qsl, qsl[1:])]
-        return AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),  # [num_tokens]
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32,
-                                      device=dev),  # [num_seqs, width], padded with block 0 (never read);
-            # a window group's NULL_BLOCK entries lie before every query's window (never read either)
-            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),  # [num_seqs]
-            query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=dev),  # [num_seqs + 1]
-            is_decode=qsl[-1] == len(tables), max_query_len=max(q_lens), max_context_len=max(ctx_lens),
-            num_decodes=num_decodes, sliding_window=sliding_window,
-        )
+        """The flat batch of one step (``engine.batch``): query tokens, their positions and slots, and per
+        sequence its block table and context length (layer groups: per group); decodes first."""
+        for s in out.scheduled:
+            req = self.requests[s.seq.seq_id]
+            if s.is_prefill and req.num_cached_tokens is None and s.seq is req.seqs[0]:
+                req.num_cached_tokens = self.block_manager.num_cached_tokens(s.seq.seq_id)  # what it skipped
+        return prepare_batch(out.scheduled, self.block_manager, self.layer_groups, self.device)
 
     def run_model(self, batch: Batch) -> torch.Tensor | None:
         """One forward over the batch -> fp32 logits of the sampled rows, ``[num_sampled, vocab]`` (None when
@@ -335,10 +230,10 @@ class LLM:
         batch no larger than a compiled size runs the compiled graph (it ends in every row's logits)."""
         meta = batch.meta
         if self.compiled is not None and meta.is_decode and self.compiled.bucket(len(batch.scheduled)):
-            logits = self.compiled(batch.input_ids, batch.positions, self.kv.layers, meta, self._attend)
+            logits = self.compiled(batch.input_ids, batch.positions, self.kv.layers, meta, self.attention)
             return logits[batch.sample_rows]  # [num_sampled, vocab]
         hidden = self.runner.forward(batch.input_ids, batch.positions, self.kv.layers, meta,
-                                     attention=self._attend,  # hidden: [num_tokens, hidden]
+                                     attention=self.attention,  # hidden: [num_tokens, hidden]
                                      kv_scales=self.kv.scales if self.kv.quantized else None)
         if not batch.sample_rows:
             return None
@@ -357,47 +252,15 @@ class LLM:
             sampled = [token_of[s.seq.seq_id] for s in out.scheduled if s.samples]
         finished = list(self.scheduler.update(out, sampled))
         finished += self.parallel.fork_children(logits, seqs)  # ("fork" mode only)
-        finished += self._engine_stops(self.parallel.with_new_children(seqs))
-        return finished
+        stopped = self.outputs.stopped(self.parallel.with_new_children(seqs))  # stop strings, extra EOS
+        for seq in stopped:
+            self.scheduler.finish(seq, "stop")
+        return finished + stopped
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         """One token per row of ``logits`` ``[num_sampled, vocab]``, with ``seqs[row]``'s params and RNG."""
-        reqs = [self._requests[s.seq_id] for s in seqs]
+        reqs = [self.requests[s.seq_id] for s in seqs]
         return sample(logits, [r.params for r in reqs], [r.generators[s.seq_id] for r, s in zip(reqs, seqs)])
-
-    def _engine_stops(self, seqs: list[Sequence]) -> list[Sequence]:
-        """Stops the Scheduler does not know: extra EOS ids of the model, and stop strings."""
-        finished = []
-        for seq in seqs:
-            if seq.is_finished or not seq.num_output_tokens:
-                continue
-            req = self._requests[seq.seq_id]
-            last = seq.token_ids[-1]
-            if not req.params.ignore_eos and last in self.eos_token_ids[1:]:
-                self.scheduler.finish(seq, "stop")
-                finished.append(seq)
-                continue
-            stops = req.params.stop
-            if stops and _cut_at_stop(self._decode(seq.output_token_ids), stops) is not None:
-                self.scheduler.finish(seq, "stop")
-                finished.append(seq)
-        return finished
-
-    # ------------------------------------------------------------------------------------ outputs
-    def _output(self, req: Request) -> RequestOutput:
-        outs = []
-        for i, seq in enumerate(req.seqs):
-            ids = list(seq.output_token_ids)
-            text, reason = self._decode(ids), seq.finish_reason
-            cut = _cut_at_stop(text, req.params.stop)
-            if cut is not None:  # the stop string is not part of the returned text
-                text, reason = cut, "stop"
-            outs.append(CompletionOutput(i, text, ids, reason))
-        return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, outs,
-                             req.num_cached_tokens or 0, self.metrics.request_metrics(req))
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def latency(self) -> dict[str, float]:
         """TTFT, ITL and end-to-end latency of the finished requests, p50 / p90 / p99, in seconds
@@ -419,61 +282,20 @@ class LLM:
         with self._caller.call("reset_prefix_cache()"), interrupts.atomic():
             return self.block_manager.reset_prefix_cache()
 
-    # ------------------------------------------------------------------------------------ interrupted
-    def _abort_interrupted(self, requests: list, err: BaseException) -> None:
-        """After an exception escaped a generate() call: abort every unfinished request of the call, empty
-        the scheduler and the pool (``Scheduler.abort_all``: an exception from inside a step may have cut
-        a change half-way, and the prefix cache may hold blocks whose KV was never written), record the
-        finished ones, and warn about what was lost."""
-        reqs = {id(r): r for r in [*requests, *self._requests.values()] if r is not None}
+    def _abort(self, err: BaseException, requests: list[EngineRequest | None]) -> None:
+        """After an exception escaped a generate() call (``interrupts.on_error``): empty the scheduler and
+        the pool (``Scheduler.abort_all``: an exception from inside a step may have cut a change half-way,
+        and the prefix cache may hold blocks whose KV was never written), abort every unfinished request
+        of the call, record the finished ones, and warn about what was lost."""
         self.scheduler.abort_all()
-        for seq in (s for r in reqs.values() for s in r.seqs if not s.is_finished):  # (never scheduled)
-            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "abort"
-        aborted = [r for r in reqs.values()
-                   if r.num_pending or any(s.finish_reason == "abort" for s in r.seqs)]
-        self.metrics.retire([r for r in reqs.values() if r not in aborted], aborted=len(aborted))
-        self._requests.clear()
+        finished, aborted = self.requests.abort(requests)
+        self.metrics.retire(finished, aborted=len(aborted))
         if aborted:
             warnings.warn(
                 f"generate() was interrupted by {type(err).__name__} at step {self.scheduler.step_count - 1}"
                 f": its {len(aborted)} unfinished request(s) were aborted (outputs dropped; they are not "
                 f"resumed), every block was freed and the prefix cache was reset. The engine is ready: call "
-                f"generate() again to run them.", RuntimeWarning, stacklevel=3)
+                f"generate() again to run them.", RuntimeWarning, stacklevel=4)  # (at generate()'s caller)
 
 
-def decodes_first(scheduled):
-    """The batch order of one step's ``ScheduledSeq`` entries: one-token queries (decodes) first, then
-    prefills and chunks, each group in schedule order (a stable sort)."""
-    return sorted(scheduled, key=lambda s: s.num_tokens > 1)
-
-
-def _load(model, tokenizer, dtype, device) -> tuple[Any, Any, str]:
-    """(transformers model, tokenizer, name) from a name/path (``models.load_model``) or a loaded model."""
-    if isinstance(model, str):
-        from paged_lab.models import load_model
-
-        hf_model, loaded_tok, _ = load_model(model, dtype=dtype, device=device)
-        return hf_model, tokenizer or loaded_tok, model
-    if tokenizer is None:
-        raise ValueError("tokenizer is required when model is an already loaded transformers model")
-    param = next(model.parameters())
-    if canonical_dtype(param.dtype) != canonical_dtype(dtype):
-        raise ValueError(f"dtype={dtype!r} but the given model holds {param.dtype} weights")
-    return model, tokenizer, getattr(model.config, "_name_or_path", "") or type(model).__name__
-
-
-def _cut_at_stop(text: str, stops: list[str]) -> str | None:
-    """``text`` up to the first stop string, or None when none occurs."""
-    hits = [text.find(s) for s in stops if s in text]
-    return text[: min(hits)] if hits else None
-
-
-def _eos_ids(model, tokenizer) -> list[int]:
-    """End-of-sequence ids: the generation config's (may be a list), then the tokenizer's."""
-    ids: list[int] = []
-    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                getattr(tokenizer, "eos_token_id", None)):
-        for t in src if isinstance(src, _Seq) else [src]:
-            if t is not None and int(t) not in ids:
-                ids.append(int(t))
-    return ids
+LLM.__init__.__signature__ = llm_signature()  # help(LLM): every EngineConfig field, by keyword

@@ -1,5 +1,5 @@
-"""Input checking: the engine's arguments, and every prompt and SamplingParams of a ``generate()`` call
-against the engine, before any work starts.
+"""Input checking: every prompt and SamplingParams of a ``generate()`` call against the engine, before any
+work starts (the engine's own arguments are checked by ``engine.config.EngineConfig``).
 
 Each bad input raises ValueError naming the argument (and, for a request, its index) and the limit.
 Whether a request can ever fit in the KV pool is the Scheduler's rule (``Scheduler.never_fits``); this
@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import numbers
 
-import torch
-
-from paged_lab import kernels
 from paged_lab._checks import check_int
-from paged_lab.engine.parallel_sampling import PARALLEL_SAMPLING
 from paged_lab.engine.params import SamplingParams
 from paged_lab.sched import Scheduler
 
@@ -101,69 +97,6 @@ class InputProcessor:
             if isinstance(t, bool) or not isinstance(t, numbers.Integral):
                 raise ValueError(f"{where}: prompt_token_ids[{j}] must be an integer token id, got {t!r}")
         return prompt.get("prompt"), [int(t) for t in ids]
-
-
-# ------------------------------------------------------------------------------------ engine arguments
-def check_engine_args(attention_backend, preemption, block_size, compile_sizes, parallel_sampling) -> None:
-    if parallel_sampling not in PARALLEL_SAMPLING:
-        raise ValueError(f"parallel_sampling must be one of {PARALLEL_SAMPLING}, got {parallel_sampling!r}")
-    if attention_backend not in kernels.BACKENDS:
-        raise ValueError(f"attention_backend must be one of {kernels.BACKENDS}, got {attention_backend!r}")
-    if preemption != "recompute":
-        raise ValueError(f"preemption must be 'recompute' (the engine keeps no CPU swap space), "
-                         f"got {preemption!r}")
-    check_int("block_size", block_size, minimum=1)
-    if compile_sizes is not None and (not compile_sizes or any(
-            isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in compile_sizes)):
-        raise ValueError(f"compile_sizes must be a non-empty list of integers >= 1, got {compile_sizes!r}")
-
-
-def check_flags(cpu_prepack, **flags) -> None:
-    """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would
-    turn caching on); ``cpu_prepack`` may also be None (auto)."""
-    flags["cpu_prepack"] = False if cpu_prepack is None else cpu_prepack
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            allowed = "True, False or None" if name == "cpu_prepack" else "True or False"
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def check_max_model_len(max_model_len: int | None) -> int | None:
-    """None (the model's own limit) or an integer >= 2: a prompt needs 1 token and must leave room for 1
-    more."""
-    return None if max_model_len is None else check_int("max_model_len", max_model_len, minimum=2)
-
-
-def model_len(max_model_len: int | None, model_limit: int) -> int:
-    """The context length: ``max_model_len`` (already checked), at most the model's own limit."""
-    if max_model_len is None:
-        return model_limit
-    if max_model_len > model_limit:
-        raise ValueError(f"max_model_len={max_model_len} is more than the model's context "
-                         f"(max_position_embeddings={model_limit}); pass at most {model_limit}")
-    return max_model_len
-
-
-def check_compilable(enforce_eager: bool, device: torch.device, dtype: str,
-                      cache_dtype: str = "float32") -> None:
-    if not enforce_eager and (device.type != "cpu" or dtype != "float32"):
-        raise ValueError(f"enforce_eager=False compiles decode steps for CPU float32 only; this model is "
-                         f"{dtype} on {device} (use enforce_eager=True)")
-    if not enforce_eager and cache_dtype != dtype:
-        raise ValueError(f"enforce_eager=False compiles decode steps over a cache of the model's dtype only "
-                         f"(kv_cache_dtype='auto'); this cache is {cache_dtype} (use enforce_eager=True)")
-
-
-def check_layer_groups(hybrid: bool, parallel_sampling: str, enforce_eager: bool) -> None:
-    """What a model with sliding-window layers (several layer groups) cannot run here yet: "fork"
-    parallel sampling (the HybridBlockManager shares no blocks) and the compiled decode graph (built
-    for one AttentionMetadata for every layer)."""
-    if hybrid and parallel_sampling == "fork":
-        raise ValueError("parallel_sampling='fork': a model with sliding-window layers keeps one block table "
-                         "per layer group and does not fork them; use parallel_sampling='prefix'")
-    if hybrid and not enforce_eager:
-        raise ValueError("enforce_eager=False: the compiled decode step takes one block table for every "
-                         "layer; a model with sliding-window layers runs eagerly (enforce_eager=True)")
 
 
 def check_arrival_steps(arrival_steps, n: int) -> list[int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from paged_lab.engine.params import RequestMetrics
-from paged_lab.engine.request import Request
+from paged_lab.engine.request import EngineRequest
 from paged_lab.sim.latency import latency_summary, token_gaps
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class EngineMetrics:
         """When step ``step`` (of the call in progress) ended (``end``) or started."""
         return None if step is None else self._times[step - self._first_step][end]
 
-    def request_metrics(self, req: Request) -> RequestMetrics:
+    def request_metrics(self, req: EngineRequest) -> RequestMetrics:
         """vLLM V0's RequestMetrics of ``req``: its steps from the scheduler, their times from the steps'.
         With n > 1 the first token is the earliest of the completions and finished the latest."""
         seqs = req.seqs
@@ -109,7 +109,7 @@ class EngineMetrics:
             finished_time=self.time_of(finished), arrival_step=seqs[0].arrival_step,
             first_scheduled_step=first_sched, first_token_step=first_token, finished_step=finished)
 
-    def retire(self, requests: Iterable[Request], aborted: int = 0) -> None:
+    def retire(self, requests: Iterable[EngineRequest], aborted: int = 0) -> None:
         """The end of a ``generate()`` call: record the latencies of its finished ``requests`` and count them
         (and ``aborted`` others); the times of its steps are dropped."""
         lat = self._latencies
@@ -157,7 +157,7 @@ def engine_stats(llm: LLM) -> dict[str, Any]:
         "attention_calls": dict(ks.calls),
         "attention_failures": dict(ks.failures),
         "attention_errors": dict(ks.last_error),
-        "attention_backend_skipped": dict(llm._attend.backend.skipped),  # "auto": backend -> why not
+        "attention_backend_skipped": dict(llm.attention.backend.skipped),  # "auto": backend -> why not
         "num_blocks": llm.num_blocks,
         "block_size": llm.block_size,
         "kv_cache_dtype": llm.cache_dtype,  # "auto" resolved: the model's dtype, or "fp8"
@@ -208,7 +208,7 @@ def progress_bar(use_tqdm, total: int):
     return make(total=total, desc="generate", unit="tok", disable=not use_tqdm)
 
 
-def show_progress(bar, requests: list[Request | None]) -> None:
+def show_progress(bar, requests: list[EngineRequest | None]) -> None:
     """Move ``bar`` to the output tokens of the arrived ``requests`` and name how many finished."""
     live = [r for r in requests if r is not None]
     bar.update(sum(map(tokens_done, live)) - bar.n)
@@ -216,7 +216,7 @@ def show_progress(bar, requests: list[Request | None]) -> None:
     bar.set_postfix_str(f"{finished}/{len(requests)} requests", refresh=False)  # (drawn by update)
 
 
-def tokens_done(req: Request) -> int:
+def tokens_done(req: EngineRequest) -> int:
     """Progress of ``req`` in output tokens: what its completions produced so far, or all it could
     produce (n x max_tokens) once it finished, so that early stops do not leave the bar short."""
     if req.finished:

@@ -17,11 +17,9 @@ i ``seed + index``, ``ParentRequest._get_child_sampling_params``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from paged_lab.engine.request import Request
+from paged_lab.engine.request import EngineRequest, RequestTable
 from paged_lab.engine.sampling import make_generator, sample
 from paged_lab.sched import Scheduler, Sequence, SequenceStatus
 
@@ -31,33 +29,31 @@ PARALLEL_SAMPLING = ("fork", "prefix")  # V0 (the paper) / V1
 class ParallelSampling:
     """Makes every request's completions, the way ``mode`` says, and gives them to ``scheduler``.
 
-    requests: the engine's map seq_id -> Request; every new completion joins it. eos_token_ids: the
+    requests: the engine's ``RequestTable``; every new completion is added there. eos_token_ids: the
     model's end-of-sequence ids (the first is the one the Scheduler stops on). device: where the
     sampling RNGs live (the device of the logits they sample).
     """
 
-    def __init__(self, mode: str, scheduler: Scheduler, requests: dict[Any, Request],
+    def __init__(self, mode: str, scheduler: Scheduler, requests: RequestTable,
                  eos_token_ids: list[int], device: torch.device):
         self.mode, self.scheduler, self.requests = mode, scheduler, requests
         self.eos_token_ids, self.device = eos_token_ids, device
 
-    def new_completion(self, req: Request) -> Sequence:
+    def new_completion(self, req: EngineRequest) -> Sequence:
         """Completion i = len(req.seqs) of ``req``: a Sequence of its prompt and limits (id
         "<request_id>" for the first, "<request_id>.<i>" for the others) and its sampling RNG, seeded
-        ``seed + i``. It joins ``req`` and the engine's map; the caller queues or forks it."""
+        ``seed + i``. It joins ``req`` (``RequestTable.add``); the caller queues or forks it."""
         i, sp = len(req.seqs), req.params
         eos = self.eos_token_ids[0] if self.eos_token_ids else None  # the Scheduler stops on this one
         seq = Sequence(req.request_id if i == 0 else f"{req.request_id}.{i}", req.prompt_token_ids,
                        max_tokens=req.max_tokens, eos_token_id=eos, ignore_eos=sp.ignore_eos,
                        arrival_step=req.arrival_step)
-        req.seqs.append(seq)
-        req.generators[seq.seq_id] = None if sp.greedy else make_generator(
-            None if sp.seed is None else sp.seed + i, self.device)
-        self.requests[seq.seq_id] = req
+        self.requests.add(req, seq, None if sp.greedy else make_generator(
+            None if sp.seed is None else sp.seed + i, self.device))
         return seq
 
     # ------------------------------------------------------------------------------------ "prefix" (V1)
-    def add_siblings(self, req: Request) -> None:
+    def add_siblings(self, req: EngineRequest) -> None:
         """"prefix" mode: queue the n - 1 other completions of ``req`` right behind its first one."""
         if self.mode != "prefix":
             return
@@ -83,7 +79,7 @@ class ParallelSampling:
                     finished.append(child)
         return finished
 
-    def _first_token_stop(self, req: Request, token: int) -> str | None:
+    def _first_token_stop(self, req: EngineRequest, token: int) -> str | None:
         """The finish reason of a child whose first token is ``token`` (the Scheduler's rule: EOS, then
         max_tokens), or None when it goes on."""
         if token in self.eos_token_ids and not req.params.ignore_eos:

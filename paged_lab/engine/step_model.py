@@ -11,7 +11,11 @@ the slower of the two (the roofline):
 matmul. That links notebook 01's bytes per token, notebook 06's bandwidth and notebook 07's step
 times. What the model leaves out is what it misses: Python and kernel-launch overhead per layer
 (it dominates small batches on a CPU), caches (small working sets run faster than the probe's), and
-matmuls of skinny shapes that reach less than the square matmul's rate.
+matmuls of skinny shapes that reach less than the square matmul's rate. ``tools.decode_steps``
+measures a real engine's decode steps beside this prediction.
+
+(The simulator's ``sim.timing.StepTime`` is not this model: a fixed illustrative cost per step and per
+token, so that notebook 05's latency curves read in seconds; it does not depend on a model or a machine.)
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def _best_seconds(fn, repeats: int, device: torch.device) -> float:
 def probe_machine(device: str | torch.device = "cpu", dtype=torch.float32, copy_mib: int = 128,
                   matmul_n: int = 1024, repeats: int = 5) -> MachineProbe:
     """Measure memory bandwidth (copy ``copy_mib`` MiB) and matmul throughput (``matmul_n``^2 square
-    matrices), best of ``repeats`` after one warm-up each. Well under a second on a laptop CPU."""
+    matrices), best of ``repeats`` after one warm-up each: ``2 x (repeats + 1)`` operations in all."""
     mib, n = check_int("copy_mib", copy_mib, minimum=1), check_int("matmul_n", matmul_n, minimum=16)
     repeats = check_int("repeats", repeats, minimum=1)
     dev = torch.device(device)
@@ -94,47 +98,3 @@ def step_cost(spec: ModelSpec, num_tokens: int, context_tokens: int, dtype="floa
 def predict_step_seconds(cost: StepCost, probe: MachineProbe) -> float:
     """The roofline: the slower of moving the bytes and doing the FLOPs."""
     return max(cost.bytes / probe.bandwidth, cost.flops / probe.matmul_flops)
-
-
-def measure_decode_steps(llm, probe: MachineProbe, batch_sizes=(1, 4, 16), context_lens=(16, 128),
-                         max_tokens: int = 6, rounds: int = 3, progress: bool = True) -> list[dict]:
-    """Run ``llm`` on synthetic prompts for each (batch size, context length) and read its own step
-    timeline: the median of its pure decode steps, beside the roofline's prediction for them.
-
-    Each shape runs ``rounds`` times, the shapes taking turns (1, 4, 16, 1, 4, 16, ...). Why: when
-    other work shares the machine for a few seconds, it then slows a step of every shape alike, and
-    the comparison between shapes (is 8 sequences far from 8x one?) still holds. A progress bar counts
-    the runs (``progress=False``: none)."""
-    from statistics import median
-
-    from tqdm.auto import tqdm
-
-    from paged_lab.engine.params import SamplingParams
-
-    sp = SamplingParams(temperature=0, max_tokens=check_int("max_tokens", max_tokens, minimum=2),
-                        ignore_eos=True)
-    shapes = [(ctx, bs) for ctx in context_lens for bs in batch_sizes]
-    decodes: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
-    rounds = check_int("rounds", rounds, minimum=1)
-    with tqdm(total=rounds * len(shapes), desc="decode steps", unit="run", disable=not progress) as bar:
-        for _ in range(rounds):
-            for ctx, bs in shapes:
-                bar.set_postfix_str(f"{bs} seqs x {ctx} tokens")
-                start = llm.scheduler.step_count  # (the timeline keeps the latest rows: select by step)
-                # distinct prompts (no prefix-cache hits), token ids well inside any vocabulary
-                llm.generate([{"prompt_token_ids": [1 + (7 * i + 13 * j) % 997 for j in range(ctx)]}
-                              for i in range(bs)],
-                             sp, use_tqdm=False)
-                decodes[ctx, bs] += [t for t in llm.timeline
-                                     if t["step"] > start and t["num_prefill"] == 0 and t["num_decode"] == bs]
-                bar.update(1)
-    rows = []
-    for ctx, bs in shapes:
-        steps = decodes[ctx, bs]
-        per_run = len(steps) // rounds
-        mid = steps[per_run // 2]  # the middle decode step of a run: its bytes and FLOPs
-        cost = step_cost(llm.spec, mid["num_batched_tokens"], mid["num_context_tokens"], llm.dtype)
-        rows.append({"batch_size": bs, "context_len": ctx, "measured_s": median(t["seconds"] for t in steps),
-                     "predicted_s": predict_step_seconds(cost, probe), "bytes": cost.bytes,
-                     "flops": cost.flops})
-    return rows

@@ -4,7 +4,8 @@
 
 - :mod:`~paged_lab.kernels.reference`: the readable torch truth (gather through the table, then attention);
 - :mod:`~paged_lab.kernels.torch_paged`: the same math vectorized over sequences (``backend="torch"``);
-- :mod:`~paged_lab.kernels.cpu_paged`: decode and prefill in C (AVX-512), built on first use (``"cpu"``);
+- :mod:`~paged_lab.kernels.cpu`: the CPU fast path, a room of its own: decode and prefill in C (AVX-512,
+  built on first use; ``"cpu"``), and the C layer ops and packed matmuls the engine's forward takes from it;
 - :mod:`~paged_lab.kernels.triton_paged`: Triton kernels (store_kv, decode with split-KV, prefill;
   ``"triton"``), their supported sizes and launch sizing per GPU target, and a check against the
   reference (``python -m paged_lab.kernels.triton_paged``);

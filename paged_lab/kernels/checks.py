@@ -11,7 +11,7 @@ Checks of tensor *values* (table entries in range, context lengths, query_start_
 tensors live on the CPU; on CUDA they would force a device sync per call, so there only shapes and
 dtypes are checked.
 
-An engine step checks in two parts (``engine.llama.PagedAttention``): :func:`check_step` checks the
+An engine step checks in two parts (``engine.attention.PagedAttention``): :func:`check_step` checks the
 step's indices (slot_mapping, block tables, context lengths, query_start_loc) once, since every layer
 reads the same ones, and :func:`check_layer` checks the q, k, v of the first layer that reads them
 (their shapes only: no tensor value is read).

@@ -6,7 +6,7 @@ and signatures, those of :mod:`~paged_lab.kernels.reference` (``store_kv``, ``pa
 v_cache, q)`` where it cannot take every cache: why not, or None):
 - ``"triton"``: :mod:`~paged_lab.kernels.triton_paged` (compiled on CUDA; Triton's interpreter on CPU,
   slow, for tests), imported on first use.
-- ``"cpu"``: the C kernels of :mod:`~paged_lab.kernels.cpu_paged` (CPU fp32, AVX-512), built on first use.
+- ``"cpu"``: the C kernels of :mod:`~paged_lab.kernels.cpu.attention` (CPU fp32, AVX-512), built on first use.
 - ``"torch"``: the vectorized torch path (:mod:`~paged_lab.kernels.torch_paged`), torch only.
 - ``"reference"``: the per-sequence readable loop (:mod:`~paged_lab.kernels.reference`).
 - ``"auto"``: the first that can take the tensors of Triton on CUDA, ``"cpu"``, ``"torch"``.
@@ -50,8 +50,9 @@ from types import SimpleNamespace
 
 import torch
 
-from paged_lab.kernels import checks, cpu_paged, reference, torch_paged
+from paged_lab.kernels import checks, reference, torch_paged
 from paged_lab.kernels._interpret import load_kernels, triton_available
+from paged_lab.kernels.cpu import attention as cpu_attention
 
 
 # ---------------------------------------------------------------------------------- the backends
@@ -110,7 +111,7 @@ _TRITON = SimpleNamespace(**{op: _on_first_call(op) for op in (
 # among these (see _candidates).
 BACKEND_TABLE: dict[str, Backend] = {
     "triton": _backend("triton", _TRITON),
-    "cpu": _backend("cpu", cpu_paged, uses_plan=True),
+    "cpu": _backend("cpu", cpu_attention, uses_plan=True),
     "torch": _backend("torch", torch_paged, uses_plan=True, takes_window=True),
     "reference": _backend("reference", reference, takes_window=True),
 }

@@ -21,7 +21,7 @@ An fp8 cache (``torch.float8_e4m3fn``) stores ``x / k_scale`` (or ``v_scale``) a
 This file does no argument checking: call it through :mod:`paged_lab.kernels.dispatch`
 (``backend="reference"``), which validates shapes, dtypes and table contents first.
 
-Its three functions are the interface every backend has, with these signatures (torch_paged, cpu_paged,
+Its three functions are the interface every backend has, with these signatures (torch_paged, cpu.attention,
 triton_paged; :mod:`~paged_lab.kernels.dispatch` holds the table of them). The keyword-only ``plan``,
 ``num_splits`` and ``max_query_len`` are what the faster backends precompute or tune (a step's indices,
 how to split a long context, the grid's size); a loop over sequences needs none of them.

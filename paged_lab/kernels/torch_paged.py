@@ -12,7 +12,7 @@ An fp8 cache is quantized where K/V are stored and dequantized where they are ga
 functions of :mod:`~paged_lab.kernels.quant` (``k_scale``/``v_scale``: the layer's per-tensor scales;
 a float cache ignores them).
 
-This is torch only. The same attention in C (:mod:`~paged_lab.kernels.cpu_paged`, no gathered copy) is
+This is torch only. The same attention in C (:mod:`~paged_lab.kernels.cpu.attention`, no gathered copy) is
 the dispatch's ``"cpu"`` backend, which ``"auto"`` picks where it can run. :func:`store_kv`,
 :func:`paged_attention_decode` and :func:`paged_attention_prefill` have the reference's signatures (the
 backend interface); :func:`store_and_decode` does both in one pass where it can.

@@ -1,29 +1,16 @@
-"""Paged attention in Triton: store_kv, decode (with split-KV flash-decoding) and prefill.
+"""Paged attention in Triton: store_kv, decode (with split-KV flash-decoding) and prefill (notebook 06).
 
-Read it top to bottom: what the kernels take, how a launch is sized, each kernel with its launcher (which
-sizes the grid and launches it), and a check against :mod:`paged_lab.kernels.reference` that
-``python -m paged_lab.kernels.triton_paged`` runs (under Triton's interpreter where there is no CUDA GPU).
+Top to bottom: the sizes the kernels support, how a launch is sized, each kernel with its launcher, and a
+check against :mod:`~paged_lab.kernels.reference` (``python -m paged_lab.kernels.triton_paged``; Triton's
+interpreter where there is no CUDA GPU, so import the kernels through ``_interpret.load_kernels``). The
+launchers have every backend's signatures and trust validated arguments (:mod:`~paged_lab.kernels.checks`);
+the dispatch gives them no fp8 cache and no window, so the scales, ``sliding_window`` and ``plan`` go unused.
 
-How the kernels read the cache. Per layer, ``k_cache[num_blocks, block_size, num_kv_heads, head_dim]``;
-a sequence's token at position ``p`` lives in physical block ``block_table[p // block_size]``, row
-``p % block_size``. The kernels walk the context in *tiles* of ``TILE`` token positions and look the
-physical block of every position up in the table (:func:`tile_for` sizes a tile). Positions at or past
-``context_len`` are masked twice: on the *loads* (``other=0``, so NaN or garbage in unused slots is never
-read) and on the *scores* (``-inf``, so they get zero weight).
-
-GQA: one program serves one KV head and the whole group of query heads that share it, so each K/V
-tile is loaded once per group. ``tl.arange`` needs powers of two, so the group is padded
-(``GROUP_PAD``) and the padding rows are masked on load and store. Softmax is online (running max
-``m``, running sum ``l_sum``) in base 2: scores are pre-multiplied by ``scale * log2(e)`` so ``exp2``
-can be used; the log-sum-exp of a split is kept in the same base.
-
-A launch (grid, constexprs, ``num_warps``) is a pure function of the shapes and the GPU's compute
-capability, which ``paged_lab.tools.aot`` compiles for sm_75 to sm_90 without a GPU.
-
-:func:`store_kv`, :func:`paged_attention_decode` and :func:`paged_attention_prefill` have every backend's
-signatures (:mod:`~paged_lab.kernels.reference`); the dispatch gives them no fp8 cache and no window
-(:func:`unsupported`), so the scales, ``sliding_window`` and ``plan`` go unused; they trust validated
-arguments (:mod:`~paged_lab.kernels.checks`). Import this module through ``_interpret.load_kernels``.
+The kernels walk a sequence's context in tiles of ``TILE`` positions and look each position's block up in
+the table; positions at or past ``context_len`` are masked on the loads (``other=0``: NaN in unused slots is
+never read) and on the scores (``-inf``). One program serves one KV head and its whole GQA group, padded to
+a power of two for ``tl.arange``, so each K/V tile is loaded once per group. The softmax is online (running
+max ``m``, sum ``l_sum``) in base 2: scores are pre-multiplied by ``scale * log2(e)``.
 """
 
 from __future__ import annotations
@@ -39,7 +26,6 @@ from paged_lab.kernels.quant import is_quantized
 
 LOG2E = 1.4426950408889634
 
-
 # ------------------------------------------------------------------------------ what the kernels take
 TRITON_BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # what the kernels are written and tested for
 TRITON_HEAD_DIMS = (64, 128)
@@ -49,9 +35,9 @@ INTERPRETER_CC = 80  # under the interpreter (cc None) tiles are chosen as for a
 
 def unsupported(k_cache, v_cache, q=None) -> str | None:
     """Why these kernels cannot take this cache, or None when they can (the dispatch asks this)."""
-    block_size, head_dim = k_cache.shape[1], k_cache.shape[3]
-    if is_quantized(k_cache.dtype):
-        return (f"a {str(k_cache.dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
+    block_size, head_dim, dtype = k_cache.shape[1], k_cache.shape[3], k_cache.dtype
+    if is_quantized(dtype):
+        return (f"a {str(dtype).removeprefix('torch.')} cache (the Triton kernels read float caches; "
                 f"the torch backend dequantizes fp8)")
     if block_size not in TRITON_BLOCK_SIZES:
         return f"block_size {block_size} (the Triton kernels support {TRITON_BLOCK_SIZES})"
@@ -60,7 +46,7 @@ def unsupported(k_cache, v_cache, q=None) -> str | None:
     if k_cache.stride(3) != 1 or v_cache.stride() != k_cache.stride():
         return (f"cache strides k {k_cache.stride()} / v {v_cache.stride()} (the Triton kernels need "
                 f"head_dim contiguous and both caches laid out alike; pass .contiguous() caches)")
-    return unsupported_reason(k_cache.dtype, k_cache.device)
+    return unsupported_reason(dtype, k_cache.device)
 
 
 def unsupported_reason(dtype, device) -> str | None:
@@ -73,6 +59,8 @@ def unsupported_reason(dtype, device) -> str | None:
 
 
 # ------------------------------------------------------------------------------ how a launch is sized
+# A launch (grid, constexprs, num_warps) is a pure function of the shapes and the GPU's compute capability,
+# so ``paged_lab.tools.aot`` compiles the very launches the launchers make for sm_75 to sm_90 without a GPU.
 @dataclass(frozen=True)
 class Launch:
     """How one kernel is launched: ``kernel[grid](*args, **constexprs, **options)``."""
@@ -95,32 +83,15 @@ def compute_in_f32(dtype, cc: int | None) -> bool:
     """Upcast K/V tiles to float32 and use IEEE fp32 dots? fp32 inputs: yes (not TF32). fp16: no,
     native tensor-core dots. bf16: native on sm_80 and newer; sm_75 (T4) has no bf16 tensor cores,
     and the interpreter (cc None) does bf16 arithmetic on raw bits, so there the tiles are upcast."""
-    if dtype == torch.float32:
-        return True
-    return dtype == torch.bfloat16 and (cc is None or cc < 80)
-
-
-def max_tile(f32: bool, cc: int | None) -> int:
-    """Largest TILE (token positions per loop step). fp32 K and V tiles take twice the bytes of half
-    ones: at 64 positions x head_dim 128 they need more shared memory than a T4 (64 KiB) or an sm_86
-    (99 KiB) has, and spill registers on sm_90; 32 fits all. Half tiles: 64 from sm_80 up; 32 on sm_75."""
-    if f32 or (cc or INTERPRETER_CC) < 80:
-        return 32
-    return 64
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and (cc is None or cc < 80))
 
 
 def tile_for(block_size: int, f32: bool, cc: int | None) -> int:
-    """TILE: ``block_size`` clamped to [16, :func:`max_tile`]."""
-    return min(max(block_size, 16), max_tile(f32, cc))
-
-
-def prefill_rows(f32: bool, cc: int | None, head_dim: int) -> int:
-    """Rows (query tokens x GQA heads) one prefill program holds. Its q and accumulator live in
-    registers, [rows, head_dim] each, so rows x head_dim is bounded: 4,096 for half dots from sm_80 up
-    (64 rows at head_dim 64, 32 at 128), 2,048 for fp32 tiles and on sm_75 (spills otherwise, up to
-    8.8 KB per thread on sm_90 before this limit). Never under 16 (``tl.dot``)."""
-    budget = 2048 if f32 or (cc or INTERPRETER_CC) < 80 else 4096
-    return max(budget // head_dim, 16)
+    """TILE, the positions one loop step reads: ``block_size`` clamped to [16 (``tl.dot``), the largest that
+    fits]. fp32 K and V tiles take twice the bytes of half ones: at 64 positions x head_dim 128 they need more
+    shared memory than a T4 (64 KiB) or an sm_86 (99 KiB) has, and spill registers on sm_90; 32 fits all.
+    Half tiles: 64 from sm_80 up, 32 on sm_75."""
+    return min(max(block_size, 16), 32 if f32 or (cc or INTERPRETER_CC) < 80 else 64)
 
 
 # -------------------------------------------------------------------------------------- store_kv
@@ -159,8 +130,7 @@ def store_kv_launch(num_tokens: int, num_kv_heads: int, head_dim: int, block_siz
 def store_kv(k, v, k_cache, v_cache, slot_mapping, k_scale: float = 1.0, v_scale: float = 1.0, *, plan=None):
     """Write ``k, v [num_tokens, num_kv_heads, head_dim]`` into slots ``slot_mapping`` of the cache."""
     k, v = k.contiguous(), v.contiguous()
-    num_tokens, num_kv_heads, head_dim = k.shape
-    launch = store_kv_launch(num_tokens, num_kv_heads, head_dim, k_cache.shape[1])
+    launch = store_kv_launch(*k.shape, k_cache.shape[1])
     _store_kv_kernel[launch.grid](k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1),
                                   *k_cache.stride()[:3], **launch.constexprs, **launch.options)
 
@@ -225,9 +195,7 @@ def _decode_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, SPLIT: tl.constexpr, F32: tl.constexpr,
 ):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
+    seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     context_len = tl.load(context_lens_ptr + seq)
     num_tiles = tl.cdiv(context_len, TILE)
     tile_start = split * tiles_per_split
@@ -238,10 +206,8 @@ def _decode_kernel(
     d = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None],
                 other=0.0)
-    if F32:
-        q = q.to(tl.float32)  # [GROUP_PAD, HEAD_DIM]
-    else:
-        q = q.to(k_cache_ptr.dtype.element_ty)  # half inputs: tensor-core dots, float32 accumulators
+    # [GROUP_PAD, HEAD_DIM]; half inputs stay half: tensor-core dots, float32 accumulators
+    q = q.to(tl.float32) if F32 else q.to(k_cache_ptr.dtype.element_ty)
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max (log2 domain)
     l_sum = tl.zeros([GROUP_PAD], tl.float32)  # running sum of exp2(score - m)
@@ -276,9 +242,7 @@ def _merge_splits_kernel(
     SPLITS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):
     """Flash-decoding merge: out = sum_i w_i * out_i with w_i = 2^(lse_i - lse_total)."""
-    seq = tl.program_id(0)
-    head = tl.program_id(1)
-    num_heads = tl.num_programs(1)
+    seq, head, num_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
     i = tl.arange(0, SPLITS_PAD)
     d = tl.arange(0, HEAD_DIM)
     mask = i < num_splits
@@ -326,17 +290,20 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_tokens: int, device)
     return max(1, min(math.ceil(target / programs), max_tokens // 512, 64))
 
 
+def _contiguous(q, block_tables, context_lens):
+    """What the kernels index with unit strides: q's head_dim, the table's rows, the lengths."""
+    return q if q.stride(2) == 1 else q.contiguous(), block_tables.contiguous(), context_lens.contiguous()
+
+
 def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scale, k_scale: float = 1.0,
                            v_scale: float = 1.0, sliding_window=None, *, plan=None, num_splits=None):
     """Decode attention over the paged cache (``dispatch.paged_attention_decode``)."""
-    num_seqs, num_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
+    (num_seqs, num_heads, head_dim), block_size, num_kv_heads = q.shape, k_cache.shape[1], k_cache.shape[2]
     # contiguous, not empty_like(q): q may be a strided view, and the kernels write head_dim stride 1
     out = torch.empty((num_seqs, num_heads, head_dim), dtype=q.dtype, device=q.device)
     if num_seqs == 0:
         return out
-    q = q if q.stride(2) == 1 else q.contiguous()
-    block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
+    q, block_tables, context_lens = _contiguous(q, block_tables, context_lens)
     cc = device_cc(q.device)
     if num_splits is None:
         tile = tile_for(block_size, compute_in_f32(q.dtype, cc), cc)
@@ -344,20 +311,18 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_tokens, q.device)
     decode, merge, tiles_per_split = decode_launch(num_seqs, num_heads, num_kv_heads, head_dim, block_size,
                                                    block_tables.shape[1], q.dtype, cc, num_splits)
-    if merge is not None:
+    dst, lse, out_strides = out, out, (out.stride(0), out.stride(1), 0)  # unsplit: lse unused
+    if merge is not None:  # each split writes its partial output and log-sum-exp; the merge combines them
         num_splits = decode.grid[2]
-        part = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        dst = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
         lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
-        dst, s_os, s_oh, s_op = part, part.stride(0), part.stride(1), part.stride(2)
-    else:
-        lse = out  # unused
-        dst, s_os, s_oh, s_op = out, out.stride(0), out.stride(1), 0
+        out_strides = dst.stride()[:3]
     _decode_kernel[decode.grid](dst, lse, q, k_cache, v_cache, block_tables, context_lens, scale * LOG2E,
-                                tiles_per_split, q.stride(0), q.stride(1), s_os, s_oh, s_op,
+                                tiles_per_split, q.stride(0), q.stride(1), *out_strides,
                                 block_tables.stride(0), *k_cache.stride()[:3], **decode.constexprs,
                                 **decode.options)
     if merge is not None:
-        _merge_splits_kernel[merge.grid](out, part, lse, num_splits, out.stride(0), out.stride(1),
+        _merge_splits_kernel[merge.grid](out, dst, lse, num_splits, out.stride(0), out.stride(1),
                                          **merge.constexprs, **merge.options)
     return out
 
@@ -377,9 +342,7 @@ def _prefill_kernel(
     BLOCK_SIZE: tl.constexpr, TILE: tl.constexpr, F32: tl.constexpr,
 ):
     """One program per (sequence, tile of BLOCK_Q query tokens, KV head); rows = query token x GQA head."""
-    seq = tl.program_id(0)
-    q_tile = tl.program_id(1)
-    kv_head = tl.program_id(2)
+    seq, q_tile, kv_head = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
     if q_tile * BLOCK_Q >= q_len:  # this sequence has fewer query tokens than the longest one
@@ -396,10 +359,7 @@ def _prefill_kernel(
     d = tl.arange(0, HEAD_DIM)
     row_off = (q_start + qi) * stride_qt + (kv_head * GROUP + g) * stride_qh
     q = tl.load(q_ptr + row_off[:, None] + d[None, :], mask=row_mask[:, None], other=0.0)
-    if F32:
-        q = q.to(tl.float32)  # [M, HEAD_DIM]
-    else:
-        q = q.to(k_cache_ptr.dtype.element_ty)
+    q = q.to(tl.float32) if F32 else q.to(k_cache_ptr.dtype.element_ty)  # [M, HEAD_DIM], as in decode
 
     m = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_Q * GROUP_PAD], tl.float32)
@@ -427,8 +387,10 @@ def prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, b
     f32 = compute_in_f32(dtype, cc)
     group = num_heads // num_kv_heads
     group_pad = triton.next_power_of_2(group)
-    rows = prefill_rows(f32, cc, head_dim)
-    # rows per program = block_q * group_pad: `rows`, never under 16 (tl.dot), fewer for short queries
+    # Rows (query tokens x GQA heads) per program: its q and accumulator, [rows, head_dim] each, live in
+    # registers, so rows x head_dim is bounded: 4,096 for half dots from sm_80 up, 2,048 for fp32 tiles and
+    # on sm_75 (spills otherwise). Never under 16 rows (tl.dot); fewer query tokens for short queries.
+    rows = max((2048 if f32 or (cc or INTERPRETER_CC) < 80 else 4096) // head_dim, 16)
     block_q = min(max(rows // group_pad, 1), max(triton.next_power_of_2(max_query_len), 16 // group_pad, 1))
     consts = dict(GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
                   TILE=tile_for(block_size, f32, cc), F32=f32)  # fmt: skip
@@ -443,15 +405,12 @@ def paged_attention_prefill(q, k_cache, v_cache, block_tables, context_lens, que
                             max_query_len=None):  # fmt: skip
     """Causal (chunked) prefill over the paged cache (``dispatch.paged_attention_prefill``).
     ``max_query_len`` sizes the grid; when None it is read from ``query_start_loc`` (one device sync)."""
-    num_tokens, num_heads, head_dim = q.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
-    # contiguous, as in decode
-    out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)
+    (num_tokens, num_heads, head_dim), block_size, num_kv_heads = q.shape, k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty((num_tokens, num_heads, head_dim), dtype=q.dtype, device=q.device)  # as in decode
     num_seqs = query_start_loc.shape[0] - 1
     if num_tokens == 0 or num_seqs == 0:
         return out
-    q = q if q.stride(2) == 1 else q.contiguous()
-    block_tables, context_lens = block_tables.contiguous(), context_lens.contiguous()
+    q, block_tables, context_lens = _contiguous(q, block_tables, context_lens)
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     launch = prefill_launch(num_seqs, max_query_len, num_heads, num_kv_heads, head_dim, block_size, q.dtype,

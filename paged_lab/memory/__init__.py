@@ -10,7 +10,7 @@ either through one interface, ``KVCacheAllocator`` (``allocator.py``).
 """
 
 from paged_lab.memory.allocator import KVCacheAllocator
-from paged_lab.memory.block_manager import BlockManager, BlockManagerStats, CowAction
+from paged_lab.memory.block_manager import BlockManager, CowAction
 from paged_lab.memory.block_pool import BlockPool
 from paged_lab.memory.contiguous import ContiguousAllocator
 from paged_lab.memory.errors import (
@@ -22,7 +22,7 @@ from paged_lab.memory.errors import (
     OutOfBlocks,
     UnknownSequence,
 )
-from paged_lab.memory.events import KINDS, Event, PoolState, replay
+from paged_lab.memory.events import KINDS, BlockManagerStats, Event, PoolState, replay
 from paged_lab.memory.prefix_cache import block_hashes, hash_block
 
 __all__ = [

@@ -96,3 +96,37 @@ class KVCacheAllocator(Protocol):
     @property
     def external_fragmentation(self) -> int:
         """Free slots that no new request could use (0 for paged memory: any free block fits anyone)."""
+
+
+class PagedPoolSlots:
+    """What a paged pool holds, for admission and ``simulate()``'s timeline: one home for the BlockManager
+    and the HybridBlockManager (each has ``pool``, ``num_blocks``, ``block_size`` and ``empty_slots``)."""
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.pool.num_used_blocks
+
+    @property
+    def reserved_slots(self) -> int:
+        """Slots of the blocks some table holds, whether they hold a token yet or not."""
+        return self.pool.num_used_blocks * self.block_size
+
+    @property
+    def used_slots(self) -> int:
+        """Slots that hold a token of a live sequence, a shared slot once: the held blocks' slots but the
+        empty ones (computed from the tables, never counted by hand, so it cannot drift)."""
+        return self.reserved_slots - self.empty_slots
+
+    @property
+    def usage(self) -> float:
+        """Fraction of all token slots that hold a token of a live sequence (shared slots once)."""
+        return self.used_slots / (self.num_blocks * self.block_size)
+
+    @property
+    def external_fragmentation(self) -> int:
+        """Free slots no request can use: none. Any free block takes any sequence's next tokens."""
+        return 0

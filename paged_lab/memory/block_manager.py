@@ -1,44 +1,32 @@
-"""BlockManager: block tables over a BlockPool, with copy-on-write, fork and prefix caching.
+"""BlockManager: the operations on block tables: allocate, append, copy-on-write, prefix caching, fork, free.
 
-A sequence's KV cache lives in fixed-size *blocks* of ``block_size`` token slots. Its *block
-table* lists the physical block ids in logical order, so token ``pos`` lives in slot
+This is vLLM V1's full-attention manager (``FullAttentionManager``, vllm 0.32.0's
+``vllm/v1/core/single_type_kv_cache_manager.py:729``; nano-vllm's ``block_manager.py``): a sequence keeps
+every block until it finishes. The tables and their reads (``slot_for``, ``block_table``, ``slot_mapping``)
+are ``BlockTables`` (``memory/block_tables.py``), its base; a sliding window's manager is its subclass
+(``memory/sliding_window.py``), as vLLM's SlidingWindowManager sits beside its FullAttentionManager.
 
-    slot = block_table[pos // block_size] * block_size + pos % block_size
-
-The manager never touches tensors: it decides *where* every token's K and V go. When it must copy
-a block (copy-on-write) it returns a :class:`CowAction` and the caller copies the KV tensors.
-
-Every operation checks first, then changes state: an exception leaves the manager as it was.
-Vocabulary and split follow vLLM's KVCacheManager and nano-vllm's ``block_manager.py``. The Scheduler
-drives it through the small interface of ``paged_lab.memory.allocator`` (KVCacheAllocator), which the
-ContiguousAllocator answers too.
+The manager never touches tensors: it decides *where* every token's K and V go (a copy-on-write returns a
+:class:`CowAction`: the caller copies the KV). Every operation checks first, then changes state: an
+exception leaves the manager as it was. Two simpler designs stay as options: ``allocate(max_new_tokens=None)``
+slots the whole prompt at once (the PagedAttention paper, vLLM V0; V1 slots a step's tokens), and
+``reuse="lru"`` sends every freed block to the back of the free queue (V1 puts a block without a prefix-cache
+hash at the front: ``BlockPool``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from paged_lab._checks import check_int, check_token_ids
 from paged_lab.kv_math import cdiv
-from paged_lab.memory.block_pool import NULL_BLOCK, BlockPool
-from paged_lab.memory.errors import (
-    DuplicateSequence,
-    InvalidArgument,
-    InvalidBlockConfig,
-    InvalidTokenId,
-    OutOfBlocks,
-    UnknownSequence,
-)
-from paged_lab.memory.events import BlockManagerStats, Event, PoolState, keep_latest
+from paged_lab.memory.block_pool import BlockPool
+from paged_lab.memory.block_tables import BlockTables, SequenceBlocks
+from paged_lab.memory.errors import DuplicateSequence, InvalidArgument, InvalidTokenId, OutOfBlocks
+from paged_lab.memory.events import BlockManagerStats, EventLog
 from paged_lab.memory.invariants import check_invariants
-from paged_lab.memory.prefix_cache import find_cached_prefix, hash_block
-
-
-def slot_for(pos: int, block_table: Sequence[int], block_size: int) -> int:
-    """The physical slot of token position ``pos``: its block's id x block_size + its offset in the block."""
-    return block_table[pos // block_size] * block_size + pos % block_size
+from paged_lab.memory.prefix_cache import block_hashes, find_cached_prefix
 
 
 class CowAction(NamedTuple):
@@ -48,26 +36,9 @@ class CowAction(NamedTuple):
     dst: int
 
 
-@dataclass(slots=True)
-class SequenceBlocks:
-    """What the manager knows about one sequence: its block table and the tokens its blocks hold.
-    (The scheduler's view of the same request is a ``paged_lab.sched.Sequence``.)"""
-
-    table: list[int]  # physical block ids, in logical order
-    token_ids: list[int]  # every token that has a slot: the block contents
-    hashes: list[bytes] = field(default_factory=list)  # chained hash of each full block (caching on)
-    extra_key: Hashable | None = None
-    num_cached_tokens: int = 0  # prompt tokens reused from the prefix cache at allocate
-    # Leading blocks already offered to the prefix cache: hits, and full blocks whose KV the caller has
-    # computed or computes in the current step (``cache_blocks``). Never a block whose KV may not exist.
-    num_cached_blocks: int = 0
-    # Leading entries that are NULL_BLOCK: blocks a sliding window no longer reads, already freed
-    # (``free_blocks_before``; always 0 for a full-attention table).
-    num_skipped_blocks: int = 0
-
-
-class BlockManager:
-    """Block tables for many sequences over one pool of ``num_blocks`` blocks.
+class BlockManager(BlockTables, EventLog):
+    """Block tables for many sequences over one pool of ``num_blocks`` blocks, and the operations that
+    change them (``reuse``, ``pool``: ``BlockTables``; the log they write, ``events``: ``EventLog``).
 
     >>> bm = BlockManager(num_blocks=8, block_size=4)
     >>> bm.allocate("a", [1, 2, 3, 4, 5, 6, 7])
@@ -78,113 +49,10 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  record_events: bool = True, reuse: str = "v1", pool: BlockPool | None = None):
-        # pool: a BlockPool shared with other managers (one per layer group, ``memory/hybrid.py``); by
-        # default the manager owns a new one. reuse: which freed block is handed out next.
-        self.pool = BlockPool(num_blocks, block_size, reuse) if pool is None else pool
-        if (self.pool.num_blocks, self.pool.block_size) != (num_blocks, block_size):
-            raise InvalidBlockConfig(f"pool: holds {self.pool.num_blocks} blocks of {self.pool.block_size} "
-                                     f"slots, but num_blocks={num_blocks}, block_size={block_size}")
-        self.num_blocks, self.block_size = self.pool.num_blocks, self.pool.block_size
+        super().__init__(num_blocks, block_size, reuse, pool)
         self.enable_prefix_caching = bool(enable_prefix_caching)
-        self.record_events = record_events
-        self.events: list[Event] = []
-        self._events_dropped = 0  # events trim_events() dropped
+        self._start_log(record_events)  # events, clock
         self.stats = BlockManagerStats()
-        self.clock = 0  # stamped on every event; a scheduler sets it to its step number
-        self._seqs: dict[Hashable, SequenceBlocks] = {}
-        # Slots of used blocks that hold a token, a shared slot once (``usage`` reads it every step, so it is
-        # kept as a count, not summed over the tables). Three operations move it, each by one rule: allocate
-        # (the new table's tokens, except those in blocks another table holds), append_tokens (the tokens,
-        # and a copy-on-write's copy) and free (the tokens of the blocks no other table holds).
-        self._used_slots = 0
-
-    # -- queries ------------------------------------------------------------------------------
-    @property
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.pool.num_used_blocks
-
-    @property
-    def usage(self) -> float:
-        """Fraction of all token slots that hold a token of a live sequence (shared slots once)."""
-        return self.used_slots / (self.num_blocks * self.block_size)
-
-    @property
-    def used_slots(self) -> int:
-        """Slots that hold a token of a live sequence (a slot shared by several tables counts once)."""
-        return self._used_slots
-
-    @property
-    def reserved_slots(self) -> int:
-        """Slots of the blocks some table holds, whether they hold a token yet or not."""
-        return self.num_used_blocks * self.block_size
-
-    @property
-    def external_fragmentation(self) -> int:
-        """Free slots no request can use: none. Any free block takes any sequence's next tokens."""
-        return 0
-
-    @property
-    def max_slots_per_seq(self) -> int:
-        """The most slots one sequence can hold: every block of the pool."""
-        return self.num_blocks * self.block_size
-
-    @property
-    def max_slots_per_seq_reason(self) -> str:
-        return f"num_blocks={self.num_blocks} x block_size={self.block_size}"
-
-    def __repr__(self) -> str:
-        return f"BlockManager(num_blocks={self.num_blocks}, block_size={self.block_size})"
-
-    def __contains__(self, seq_id) -> bool:
-        return seq_id in self._seqs
-
-    @property
-    def seq_ids(self) -> list[Hashable]:
-        return list(self._seqs)
-
-    def _seq(self, seq_id) -> SequenceBlocks:
-        try:
-            return self._seqs[seq_id]
-        except (KeyError, TypeError):
-            raise UnknownSequence(seq_id) from None
-
-    def block_table(self, seq_id) -> list[int]:
-        return list(self._seq(seq_id).table)
-
-    def num_tokens(self, seq_id) -> int:
-        return len(self._seq(seq_id).token_ids)
-
-    def token_ids(self, seq_id) -> list[int]:
-        return list(self._seq(seq_id).token_ids)
-
-    def num_cached_tokens(self, seq_id) -> int:
-        """Prompt tokens whose KV ``allocate`` found in the prefix cache (prefill can skip them)."""
-        return self._seq(seq_id).num_cached_tokens
-
-    def refcount(self, block_id: int) -> int:
-        return self.pool.refcounts[self.pool.check_block(block_id)]
-
-    def blocks_for(self, num_tokens: int) -> int:
-        """Blocks that ``num_tokens`` tokens occupy: ceil(num_tokens / block_size)."""
-        return cdiv(num_tokens, self.block_size)
-
-    def _tokens_in_block(self, s: SequenceBlocks, i: int) -> int:
-        """Tokens held by the ``i``-th block of ``s``'s table: full, except maybe the last."""
-        return min(self.block_size, len(s.token_ids) - i * self.block_size)
-
-    def slot_mapping(self, seq_id, start: int = 0, end: int | None = None) -> list[int]:
-        """Physical slot of each token position in ``[start, end)`` (default: every token)."""
-        s = self._seq(seq_id)
-        n = len(s.token_ids)
-        end = n if end is None else end
-        if not 0 <= start <= end <= n:
-            raise InvalidArgument(f"slot_mapping needs 0 <= start <= end <= num_tokens={n}, "
-                                  f"got start={start}, end={end}")
-        return [slot_for(pos, s.table, self.block_size) for pos in range(start, end)]
 
     # -- planning (no state changes) -----------------------------------------------------------
     def _cached_prefix(self, token_ids: Sequence[int], extra_key) -> tuple[list[int], list[bytes]]:
@@ -195,8 +63,8 @@ class BlockManager:
 
     def _blocks_to_take(self, num_tokens: int, hits: list[int]) -> int:
         """Free blocks an allocation takes: the new blocks, plus cache hits revived from the free queue."""
-        revived = [b for b in hits if b != NULL_BLOCK and self.pool.refcounts[b] == 0]
-        return self.blocks_for(num_tokens) - len(hits) + len(revived)
+        revived = sum(self.pool.refcounts[b] == 0 for b in hits)
+        return self.blocks_for(num_tokens) - len(hits) + revived
 
     def num_blocks_needed(self, tokens: int | Sequence[int], extra_key: Hashable | None = None) -> int:
         """Free blocks ``allocate`` would take. Pass token ids (not a count) to count cache hits."""
@@ -228,15 +96,6 @@ class BlockManager:
         return self.blocks_needed_to_append(seq_id, num_tokens) <= self.num_free_blocks
 
     # -- operations ---------------------------------------------------------------------------
-    def _emit(self, kind: str, seq_id, block_ids=(), num_tokens: int = 0, parent_id=None) -> None:
-        if self.record_events:
-            self.events.append(Event(self._events_dropped + len(self.events), kind, seq_id, tuple(block_ids),
-                                     num_tokens, parent_id, self.clock))
-
-    def trim_events(self, max_events: int) -> None:
-        """Bound the log (a long-lived engine's): ``events.keep_latest``; Event.index still counts from 0."""
-        self._events_dropped += keep_latest(self.events, max_events)
-
     def _take_block(self, seq_id) -> int:
         """Take the oldest free block for ``seq_id``; its cached content (if any) is evicted."""
         b, evicted = self.pool.allocate()
@@ -251,20 +110,16 @@ class BlockManager:
         """Give a new sequence its block table for the prompt ``token_ids`` and return it. With prefix
         caching, the longest chain of cached full blocks is reused; ``extra_key`` salts the hashes.
 
-        ``max_new_tokens``: give slots to the cached prefix and at most this many tokens after it (vLLM V1
-        allocates blocks for the tokens a step computes, ``KVCacheManager.allocate_slots``; the rest get
-        theirs later, through :meth:`append_tokens`). None: every token gets its slot now (the paper).
+        ``max_new_tokens``: slots for the cached prefix and at most this many tokens after it (vLLM V1
+        gives the tokens a step computes their slots, ``KVCacheManager.allocate_slots``; the rest get theirs
+        later, :meth:`append_tokens`). None: every token gets its slot now (the paper's design).
 
-        ``num_tokens_to_cache``: the leading tokens whose KV exists before anyone can read these
-        blocks; the full blocks among them are offered to the prefix cache at once. None: all of them
-        (the caller computes the whole prompt now). A scheduler that prefills in chunks passes 0 and
-        calls :meth:`cache_blocks` as each chunk is scheduled: a block whose KV was never computed must
-        not be found by another request (vLLM V1 caches blocks the same way, ``cache_blocks`` in
-        ``vllm/v1/core/kv_cache_manager.py``).
-
-        ``num_prompt_tokens``: how many of ``token_ids`` are the request's prompt (a recomputed request
-        brings its outputs too). Full attention caches every full block, so it does not need it; a
-        sliding-window group caches the window before the prompt's end (``memory/sliding_window.py``)."""
+        ``num_tokens_to_cache``: the leading tokens whose KV exists before anyone can read these blocks;
+        their full blocks are offered to the prefix cache at once. None: all of them (the whole prompt is
+        computed now). A chunked prefill passes 0 and calls :meth:`cache_blocks` as each chunk is scheduled:
+        a block whose KV was never computed must not be found (vLLM V1's ``cache_blocks``).
+        ``num_prompt_tokens``: the prompt's length among ``token_ids``; full attention caches every full
+        block, so it does not need it (a sliding window does: ``memory/sliding_window.py``)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)
@@ -276,10 +131,9 @@ class BlockManager:
         to_cache = n if num_tokens_to_cache is None else check_int(
             "num_tokens_to_cache", num_tokens_to_cache, minimum=0, maximum=n, error=InvalidArgument)
         hits, hashes = self._cached_prefix(token_ids, extra_key)
-        num_hit = len(hits) * self.block_size
         if max_new_tokens is not None:  # only these tokens get their slots now
             num_new = check_int("max_new_tokens", max_new_tokens, minimum=1, error=InvalidArgument)
-            n = min(n, num_hit + num_new)
+            n = min(n, len(hits) * self.block_size + num_new)
             token_ids, hashes = token_ids[:n], hashes[:n // self.block_size]
         needed = self._blocks_to_take(n, hits)
         if needed > self.num_free_blocks:
@@ -294,23 +148,29 @@ class BlockManager:
     # (vLLM: ``allocate_new_computed_blocks``, then ``allocate_new_blocks``, kv_cache_coordinator.py).
     def adopt_hits(self, seq_id, token_ids: list[int], hashes: list[bytes], hits: list[int],
                    extra_key: Hashable | None, num_queried: int) -> None:
-        """A new sequence whose table starts with ``hits``: cached blocks, after NULL_BLOCK entries where a
-        sliding window's hit skips blocks its next token never reads. ``token_ids``: the tokens that get
-        slots now; ``num_queried``: the tokens looked up (the stats count them)."""
-        skipped = next((i for i, b in enumerate(hits) if b != NULL_BLOCK), len(hits))
-        already_held = sum(self.pool.refcounts[b] > 0 for b in hits[skipped:])  # hits another table holds
-        s = self._seqs[seq_id] = SequenceBlocks([], token_ids, hashes, extra_key, len(hits) * self.block_size,
-                                                len(hits), num_skipped_blocks=skipped)
-        self._reuse_cached_blocks(s, seq_id, hits, num_queried)
-        self._used_slots -= (skipped + already_held) * self.block_size  # (take_new_blocks adds every token)
+        """A new sequence whose table starts with the cache hits ``hits``. ``token_ids``: the tokens that
+        get slots now; ``num_queried``: the tokens looked up (the stats count them)."""
+        s = self._seqs[seq_id] = SequenceBlocks(list(hits), token_ids, hashes, extra_key,
+                                                len(hits) * self.block_size, len(hits))
+        if self.enable_prefix_caching:
+            self.stats.prefix_cache_queries += num_queried
+            self.stats.prefix_cache_hits += s.num_cached_tokens
+        for b in self._held(hits):  # (a hit waiting in the free queue leaves it: a finished sequence's block)
+            self.pool.touch(b)
+        if hits:
+            self._emit("hit", seq_id, hits, s.num_cached_tokens)
 
     def take_new_blocks(self, seq_id) -> None:
         """Give a just-adopted sequence new blocks for its tokens past its hits (full, but maybe the last)."""
         s = self._seq(seq_id)
         for _ in range(self.blocks_for(len(s.token_ids)) - len(s.table)):
             s.table.append(self._take_block(seq_id))
-        self._used_slots += len(s.token_ids)
         self._emit("allocate", seq_id, s.table, len(s.token_ids))
+
+    def _held(self, table: list[int]) -> list[int]:
+        """The pool blocks among ``table``'s entries: all of them. (A sliding window's table also keeps
+        entries for blocks it gave back: ``SlidingWindowManager``.)"""
+        return table
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Offer to the prefix cache the full blocks among ``seq_id``'s first ``num_tokens`` tokens. Call it
@@ -324,37 +184,19 @@ class BlockManager:
 
     def _cache_full_blocks(self, s: SequenceBlocks, seq_id, num_tokens: int) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens that are not registered yet."""
-        if not self.enable_prefix_caching:
+        first, upto = s.num_cached_blocks, min(num_tokens // self.block_size, len(s.hashes))
+        if not self.enable_prefix_caching or upto <= first:
             return
-        upto = min(num_tokens // self.block_size, len(s.hashes))
-        if upto <= s.num_cached_blocks:
-            return
-        first = s.num_cached_blocks
-        keep = self._reachable_blocks(seq_id, first, upto)  # None: every full block
-        new_full = zip(s.table[first:upto], s.hashes[first:upto], keep or [True] * (upto - first))
-        # (a NULL_BLOCK entry is a window's skipped block: nothing to cache)
-        newly_cached = [b for b, h, k in new_full if k and b != NULL_BLOCK and self.pool.cache(b, h)]
+        new_full = zip(s.table[first:upto], s.hashes[first:upto], self._reachable_blocks(seq_id, first, upto))
+        newly_cached = [b for b, h, keep in new_full if keep and self.pool.cache(b, h)]
         s.num_cached_blocks = upto
         if newly_cached:  # these blocks can be reused from now on
             self._emit("cache", seq_id, newly_cached)
 
-    def _reachable_blocks(self, seq_id, first: int, end: int) -> list[bool] | None:
+    def _reachable_blocks(self, seq_id, first: int, end: int) -> list[bool]:
         """Which of blocks ``[first, end)`` a later prefix hit could use, so are worth caching: all of
-        them for full attention (None). A sliding-window group keeps fewer (``memory/sliding_window.py``)."""
-        return None
-
-    def _reuse_cached_blocks(self, s: SequenceBlocks, seq_id, hits: list[int], num_queried: int) -> None:
-        """Put the cache hits first in ``s``'s table, before any new block is taken (taking one
-        must never evict them). ``num_queried``: the tokens looked up (the stats count them)."""
-        if self.enable_prefix_caching:
-            self.stats.prefix_cache_queries += num_queried
-            self.stats.prefix_cache_hits += s.num_cached_tokens
-        for b in hits:  # (a hit waiting in the free queue leaves it: a finished sequence's cached block)
-            if b != NULL_BLOCK:
-                self.pool.touch(b)
-            s.table.append(b)
-        if hits:
-            self._emit("hit", seq_id, hits, s.num_cached_tokens)
+        them for full attention. (A sliding window keeps fewer: ``SlidingWindowManager``.)"""
+        return [True] * (end - first)
 
     def append_token(self, seq_id, token_id: int) -> CowAction | None:
         """Make room for one more token and record it. Returns a CowAction when the last block was
@@ -380,13 +222,11 @@ class BlockManager:
             raise OutOfBlocks(new_blocks + copy_tail, free, f"append_tokens(seq_id={seq_id!r}, "
                               f"{len(token_ids)} tokens) at {len(s.token_ids)} tokens{cow}")
         # (hashed before any change: all-or-nothing)
-        new_hashes = self._hashes_of_new_full_blocks(s, token_ids) if self.enable_prefix_caching else None
+        new_hashes = self._new_block_hashes(s, token_ids) if self.enable_prefix_caching else None
         cow = self._copy_on_write(s, seq_id) if copy_tail else None  # the last block is shared: copy it
-        copied = len(s.token_ids) % self.block_size if copy_tail else 0  # the tokens the copy holds
         for _ in range(new_blocks):  # the blocks these tokens open
             s.table.append(self._take_block(seq_id))
         s.token_ids.extend(token_ids)
-        self._used_slots += len(token_ids) + copied
         if self.record_events:  # the blocks the tokens went to: the last one if it had room, and the new ones
             first_touched = (len(s.token_ids) - len(token_ids)) // self.block_size
             self._emit("append", seq_id, s.table[first_touched:], len(s.token_ids))
@@ -395,23 +235,14 @@ class BlockManager:
             self._cache_full_blocks(s, seq_id, len(s.token_ids))
         return cow
 
-    def _hashes_of_new_full_blocks(self, s: SequenceBlocks, token_ids: list[int]) -> list[bytes]:
+    def _new_block_hashes(self, s: SequenceBlocks, token_ids: list[int]) -> list[bytes]:
         """The chained hash of each block that ``token_ids``, appended to ``s``, fill (caching on)."""
-        bs, n = self.block_size, len(s.token_ids)
-        first, end = n // bs, (n + len(token_ids)) // bs  # the blocks [first, end) become full
-        if first == end:
-            return []
-        tokens = s.token_ids[first * bs:] + token_ids
-        hashes, parent = [], s.hashes[-1] if s.hashes else None
-        for i in range(end - first):
-            parent = hash_block(parent, tokens[i * bs:(i + 1) * bs], s.extra_key)
-            hashes.append(parent)
-        return hashes
+        start = len(s.token_ids) // self.block_size * self.block_size  # the last block's first token
+        return block_hashes(s.token_ids[start:] + token_ids, self.block_size, s.extra_key,
+                            s.hashes[-1] if s.hashes else None)
 
     def _copy_on_write(self, s: SequenceBlocks, seq_id) -> CowAction:
         """Give ``s`` its own copy of its shared, partly filled last block."""
-        if not self.num_free_blocks:
-            raise OutOfBlocks(1, 0, f"copy-on-write for append_token(seq_id={seq_id!r})")
         src = s.table[-1]
         dst = self._take_block(seq_id)
         self.pool.release(src)  # its refcount was > 1: the other tables still hold it
@@ -421,80 +252,45 @@ class BlockManager:
         return CowAction(src, dst)
 
     def remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
-        """Free the blocks no later token reads. Full attention reads every earlier token: nothing to
-        free (as vLLM's ``remove_skipped_blocks`` for a FullAttentionManager). A sliding-window group
-        frees its old blocks through :meth:`free_blocks_before` (``paged_lab.memory.hybrid``)."""
-
-    def free_blocks_before(self, seq_id, num_blocks: int) -> list[int]:
-        """Give the first ``num_blocks`` blocks of ``seq_id``'s table back to the pool: a sliding window
-        no longer reads their tokens. Their entries become NULL_BLOCK, so the table keeps its length and
-        ``table[pos // block_size]`` its meaning. Walks back from block ``num_blocks - 1`` and stops at the
-        first entry already null (as vLLM's ``_remove_blocks_in_range``), freeing in that order. Returns
-        the blocks given back (those another table shares stay held by it)."""
-        s = self._seq(seq_id)
-        upto = check_int("num_blocks", num_blocks, minimum=0, maximum=len(s.table), error=InvalidArgument)
-        if upto <= s.num_skipped_blocks:
-            return []
-        dropped = s.table[upto - 1:s.num_skipped_blocks - 1 if s.num_skipped_blocks else None:-1]
-        freed = self.pool.free_blocks(dropped, checked=True)
-        if freed:  # their tokens no longer occupy a slot (a block another table holds keeps its tokens)
-            gone = set(freed)
-            self._used_slots -= sum(self._tokens_in_block(s, i) for i in range(s.num_skipped_blocks, upto)
-                                    if s.table[i] in gone)
-        s.table[s.num_skipped_blocks:upto] = [NULL_BLOCK] * (upto - s.num_skipped_blocks)
-        s.num_skipped_blocks = upto
-        self._emit("skip", seq_id, dropped, len(s.token_ids))
-        return freed
+        """Full attention reads every earlier token: no block to give back (vLLM: the base class's
+        ``get_num_skipped_tokens`` returns 0, ``single_type_kv_cache_manager.py:712``)."""
 
     def fork(self, parent_id, child_id) -> list[int]:
         """The child shares every block of the parent (refcounts go up; nothing is copied yet)."""
         p = self._seq(parent_id)
         if child_id in self._seqs:
             raise DuplicateSequence(child_id)
-        for b in p.table[p.num_skipped_blocks:]:
+        for b in self._held(p.table):
             self.pool.touch(b)
         self._seqs[child_id] = SequenceBlocks(list(p.table), list(p.token_ids), list(p.hashes), p.extra_key,
-                                              p.num_cached_tokens, p.num_cached_blocks, p.num_skipped_blocks)
+                                              p.num_cached_tokens, p.num_cached_blocks)
         self._emit("fork", child_id, p.table, len(p.token_ids), parent_id)
         return list(p.table)
 
     def free(self, seq_id) -> None:
-        """Drop the sequence's table, its tail block first. The blocks nobody else holds join the free
-        queue (where: the pool's ``reuse`` rule), so a shared prefix outlives its tail; cached content
-        stays until the block is handed out again."""
+        """Drop the sequence's table, its tail block first (as vLLM's ``free``). The blocks nobody else
+        holds join the free queue (where: the pool's ``reuse`` rule), so a shared prefix outlives its tail;
+        cached content stays until the block is handed out again."""
         s = self._seq(seq_id)
-        held = s.table[s.num_skipped_blocks:] if s.num_skipped_blocks else s.table  # (not the null entries)
-        freed = self.pool.free_blocks(reversed(held), checked=True)  # tail first (as vLLM's free)
-        if len(freed) == len(s.table):  # nothing was shared or skipped: all its slots are free now
-            self._used_slots -= len(s.token_ids)
-        else:
-            freed = set(freed)
-            self._used_slots -= sum(self._tokens_in_block(s, i) for i, b in enumerate(s.table) if b in freed)
+        self.pool.free_blocks(reversed(self._held(s.table)), checked=True)
         del self._seqs[seq_id]
         self._emit("free", seq_id, s.table, len(s.token_ids))
 
-    def reset_prefix_cache(self) -> int:
-        """Forget every cached hash (e.g. after new weights). Returns how many blocks were cached."""
+    def reset_prefix_cache(self, pool: bool = True) -> int:
+        """Forget every cached hash (e.g. after new weights); the log records the evictions. Returns how
+        many blocks were cached (``pool=False``: the pool's owner forgets them, and counts)."""
         for b in self.pool.block_hash:
             self._emit("evict", None, (b,))
-        return self.pool.reset_cache()
+        return self.pool.reset_cache() if pool else len(self.pool.block_hash)
 
     def reset(self, pool: bool = True) -> None:
         """Drop every table, every block free, the pool as new (``pool=False``: its owner resets it)."""
-        self._seqs, self._used_slots = {}, 0
+        self._seqs = {}
         if pool:
             self.pool.reset()
         self._emit("reset", None)
 
     # -- inspection ---------------------------------------------------------------------------
-    def state(self) -> PoolState:
-        """The live pool as a PoolState (what ``replay(bm.events, ...)`` must rebuild)."""
-        tables = {sid: list(s.table) for sid, s in self._seqs.items()}
-        num_tokens = {sid: len(s.token_ids) for sid, s in self._seqs.items()}
-        return PoolState(self.num_blocks, list(self.pool.refcounts), tables, num_tokens,
-                         list(self.pool.free_queue),
-                         set(self.pool.block_hash), self.events[-1] if self.events else None)
-
     def check_invariants(self) -> None:
         """Raise BlockManagerError if a rule of ``paged_lab.memory.invariants`` is broken."""
         check_invariants(self)

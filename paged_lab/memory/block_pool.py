@@ -1,138 +1,42 @@
-"""BlockPool: the physical blocks, their refcounts, the free queue and the prefix-cache index.
+"""BlockPool: the physical blocks, their refcounts, the free queue and the prefix-cache index (notebook 03).
 
-The pool knows nothing about sequences. It hands out block ids and takes them back:
-
-* ``refcounts[b]`` is how many block tables hold block ``b`` (0: the block is free).
-* The free queue hands out blocks from its **front**. Where a freed block goes decides what is
-  reused next (``reuse``):
-
-  - ``"v1"`` (default; vLLM V1, ``BlockPool.free_blocks`` in ``vllm/v1/core/block_pool.py``): a freed
-    block *without* a prefix-cache hash goes to the **front** -- it is reused next, while its memory is
-    still warm ("LIFO reuse of non-cached blocks for better GPU locality"); a block *with* a hash goes
-    to the **back**, so cached content is evicted least recently freed first (LRU) and lives longest.
-  - ``"lru"`` (a simpler rule, a plain FIFO queue; not vLLM's: V0's allocator also reused the most
-    recently freed block first): every freed block goes to the back; the least recently freed block is
-    handed out first.
-
-  Either way a freed block keeps its content (and, when it was full, its hash) until it is handed out
-  again: being handed out is what evicts it.
-* ``cached`` maps a block hash (see ``prefix_cache``) to the block that holds that content. Touching
-  a cached block that waits in the free queue takes it out of the queue again (a cache hit on a
-  finished sequence).
-
-vLLM also takes block 0 out of its pool as a "null block" that is never handed out; this pool does not,
-so its block ``b`` is vLLM's block ``b + 1`` in a pool of ``num_blocks + 1``.
-
-Every operation is O(1), whatever ``num_blocks`` is. The free queue is a doubly linked list
-threaded through two integer arrays (vLLM's ``FreeKVCacheBlockQueue`` links block objects the
-same way), so it can pop its front block, put a block at either end and unlink any block from
-the middle in O(1). The per-block state lives in ``array``s, not lists: Python's garbage collector
-never walks them, so a pool of a million blocks costs no more per operation than a pool of a thousand.
+The pool knows nothing about sequences: it hands block ids out and takes them back (vLLM V1's
+``BlockPool``, ``vllm/v1/core/block_pool.py``). vLLM also takes block 0 out of its pool as a "null block"
+that is never handed out; this pool does not, so its block ``b`` is vLLM's ``b + 1`` in a pool of
+``num_blocks + 1``.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from itertools import islice
 
 from paged_lab._checks import check_int
 from paged_lab.memory.errors import InvalidArgument, InvalidBlockConfig, OutOfBlocks
+from paged_lab.memory.free_queue import FreeBlockQueue
 
-NOT_QUEUED = -1  # prev[b] of a block that is not in the free queue
-# The table entry of a block a sliding-window layer group no longer reads (``memory/hybrid.py``): the block
-# went back to the pool, its slot in the table stays so that index i still means tokens [i*bs, (i+1)*bs).
-# vLLM keeps a real block for it, its pool's block 0 (``BlockPool.null_block`` in vllm/v1/core/block_pool.py,
-# never handed out, ``is_null``); this pool has no block 0 to spare, and -1 is what vLLM's 0 becomes
-# under this pool's numbering (our block b is vLLM's b + 1).
+# The table entry of a block a sliding-window group no longer reads (``memory/hybrid.py``): the block went
+# back to the pool, the entry stays so that index i still means tokens [i*bs, (i+1)*bs). vLLM's is its
+# block 0 (``BlockPool.null_block``), which this pool numbers -1.
 NULL_BLOCK = -1
-
-
-class FreeBlockQueue:
-    """Free block ids in the order they will be handed out: O(1) ``popleft``, ``append``,
-    ``appendleft`` and ``remove``.
-
-    ``next[b]`` / ``prev[b]`` link block ``b`` to its neighbours. Index ``num_blocks`` is the
-    sentinel: its ``next`` is the front (handed out next) and its ``prev`` the back.
-    """
-
-    def __init__(self, num_blocks: int):
-        self.sentinel = num_blocks
-        # At first every block is free, in id order: sentinel -> 0 -> 1 -> ... -> n-1 -> sentinel.
-        self.next = array("q", range(1, num_blocks + 2))
-        self.prev = array("q", range(-1, num_blocks))
-        self.next[self.sentinel] = 0
-        self.prev[0] = self.sentinel
-        self.size = num_blocks
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __contains__(self, b: int) -> bool:
-        return 0 <= b < self.sentinel and self.prev[b] != NOT_QUEUED
-
-    def __iter__(self) -> Iterator[int]:
-        b = self.next[self.sentinel]
-        while b != self.sentinel:
-            yield b
-            b = self.next[b]
-
-    def popleft(self) -> int:
-        """Take the front block out of the queue."""
-        b = self.next[self.sentinel]
-        self.remove(b)
-        return b
-
-    def remove(self, b: int) -> None:
-        """Unlink block ``b`` from wherever it sits in the queue."""
-        before, after = self.prev[b], self.next[b]
-        self.next[before] = after
-        self.prev[after] = before
-        self.prev[b] = NOT_QUEUED
-        self.size -= 1
-
-    def append(self, b: int) -> None:
-        """Put block ``b`` at the end: it is handed out after every block already waiting."""
-        last = self.prev[self.sentinel]
-        self.next[last] = b
-        self.prev[b] = last
-        self.next[b] = self.sentinel
-        self.prev[self.sentinel] = b
-        self.size += 1
-
-    def appendleft(self, b: int) -> None:
-        """Put block ``b`` at the front: it is handed out before every block already waiting."""
-        first = self.next[self.sentinel]
-        self.prev[first] = b
-        self.next[b] = first
-        self.prev[b] = self.sentinel
-        self.next[self.sentinel] = b
-        self.size += 1
-
-
 REUSE = ("v1", "lru")
 
 
 class BlockPool:
-    """Every physical block of the KV cache, and which of them are free (notebook 03's lockers, in blocks).
-
-    ``BlockPool(num_blocks, block_size, reuse)`` holds ``num_blocks`` blocks of ``block_size`` token slots,
-    named by their ids ``0 .. num_blocks - 1``; it hands block ids out and takes them back, and never
-    sees a sequence or a tensor (block tables are the BlockManager's, K and V the engine's). It keeps:
+    """Every physical block of the KV cache, and which are free (notebook 03's lockers, in blocks):
+    ``num_blocks`` blocks of ``block_size`` token slots, named ``0 .. num_blocks - 1``. It keeps:
 
     * ``refcounts[b]``: how many block tables hold block ``b``. 0 means free; more than 1, shared (a
       prefix-cache hit, or a forked sequence), so a write into it must copy it first (copy-on-write).
-    * ``free_queue``: the free blocks, in the order they will be handed out (``allocate`` takes the
-      front). Freed blocks join it where ``reuse`` says:
-
-      - ``"v1"`` (default; the order of vLLM V1's ``FreeKVCacheBlockQueue`` as ``BlockPool.free_blocks``
-        fills it): a block with no prefix-cache hash goes to the front (reused next), one with a hash to
-        the back (so cached content lives longest, and the least recently freed is evicted first);
-      - ``"lru"``: every freed block goes to the back (least recently freed handed out first).
-
-    * ``cached``: block hash -> the block holding that content, what a prefix-cache lookup finds; and
-      its inverse ``block_hash``: block -> its hash. A free block keeps its hash (and so stays findable)
-      until ``allocate`` hands it out for new content: that is an eviction. A hit on a free cached block
-      takes it out of the free queue again (``touch``).
+    * ``free_queue``: the free blocks, in the order ``allocate`` hands them out. Where a freed block joins
+      it decides what is reused next (``reuse``). ``"v1"`` (default; vLLM V1's ``BlockPool.free_blocks``):
+      a block with no prefix-cache hash goes to the front, reused while its memory is warm ("LIFO reuse of
+      non-cached blocks for better GPU locality"), one with a hash to the back, so cached content lives
+      longest (LRU eviction). ``"lru"`` (a plain FIFO; not vLLM's, whose V0 also reused the most recently
+      freed block first): every freed block goes to the back.
+    * ``cached``: block hash -> the block holding that content, what a prefix-cache lookup finds, and its
+      inverse ``block_hash``. A free block keeps its hash (and stays findable) until ``allocate`` hands it
+      out for new content: an eviction. A hit on a free cached block takes it out of the queue (``touch``).
 
     >>> pool = BlockPool(num_blocks=4, block_size=16)
     >>> pool.allocate(), pool.allocate(), pool.num_free_blocks   # (block id, evicted hash or None)
@@ -166,12 +70,7 @@ class BlockPool:
 
     def peek_free(self, n: int) -> list[int]:
         """The next ``n`` blocks the free queue would hand out (for explanations; O(n))."""
-        out = []
-        for b in self.free_queue:
-            if len(out) == n:
-                break
-            out.append(b)
-        return out
+        return list(islice(self.free_queue, n))
 
     # -- taking and returning blocks ----------------------------------------------------------
     def allocate(self) -> tuple[int, bytes | None]:
@@ -257,7 +156,6 @@ class BlockPool:
     def reset_cache(self) -> int:
         """Forget every cached hash (the blocks stay where they are). Returns how many were cached."""
         n = len(self.block_hash)
-        self.cached.clear()
-        self.block_hash.clear()
-        self._holders.clear()
+        for index in (self.cached, self.block_hash, self._holders):
+            index.clear()
         return n

@@ -75,6 +75,33 @@ class BlockManagerStats:
         return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
 
 
+class EventLog:
+    """The writing half of the log, for a BlockManager (with ``sequences`` and ``pool``): ``events`` in
+    order, each stamped with ``clock`` (a scheduler sets it to its step number); ``record_events=False``
+    keeps none (the stats still count)."""
+
+    def _start_log(self, record_events: bool) -> None:
+        self.record_events, self.events, self.clock = record_events, [], 0
+        self._events_dropped = 0  # events trim_events() dropped
+
+    def _emit(self, kind: str, seq_id, block_ids=(), num_tokens: int = 0, parent_id=None) -> None:
+        if self.record_events:
+            self.events.append(Event(self._events_dropped + len(self.events), kind, seq_id, tuple(block_ids),
+                                     num_tokens, parent_id, self.clock))
+
+    def trim_events(self, max_events: int) -> None:
+        """Bound the log (a long-lived engine's): ``keep_latest``; Event.index still counts from 0."""
+        self._events_dropped += keep_latest(self.events, max_events)
+
+    def state(self) -> PoolState:
+        """The live pool as a PoolState: what ``replay(self.events, ...)`` must rebuild."""
+        seqs, pool = self.sequences, self.pool
+        tables = {sid: list(s.table) for sid, s in seqs.items()}
+        num_tokens = {sid: len(s.token_ids) for sid, s in seqs.items()}
+        return PoolState(pool.num_blocks, list(pool.refcounts), tables, num_tokens, list(pool.free_queue),
+                         set(pool.block_hash), self.events[-1] if self.events else None)
+
+
 @dataclass
 class PoolState:
     """What the pool looks like after some prefix of the event log."""
@@ -164,7 +191,7 @@ class _Replayer:
 
     def apply(self, ev: Event) -> None:
         self.state.last = ev
-        getattr(self, "_" + ev.kind)(ev.seq_id, ev.block_ids, ev)
+        self.HANDLERS[ev.kind](self, ev.seq_id, ev.block_ids, ev)
 
     def _allocate(self, sid, ids, ev) -> None:  # a new table: fresh or cached blocks (a window's hit: nulls)
         for b in ids:
@@ -172,8 +199,6 @@ class _Replayer:
                 self.take(b)
         self.state.tables[sid] = list(ids)
         self.state.num_tokens[sid] = ev.num_tokens
-
-    _fork = _allocate  # a new table sharing the parent's blocks
 
     def _append(self, sid, ids, ev) -> None:
         table = self.state.tables[sid]
@@ -213,3 +238,7 @@ class _Replayer:
 
     def _hit(self, sid, ids, ev) -> None:
         pass  # the blocks are taken by the "allocate" event that follows
+
+    # What each kind of event (KINDS) does to the pool. A fork is a new table sharing the parent's blocks.
+    HANDLERS = {"hit": _hit, "evict": _evict, "allocate": _allocate, "cow": _cow, "append": _append,
+                "fork": _allocate, "free": _free, "cache": _cache, "skip": _skip, "reset": _reset}

@@ -15,9 +15,11 @@ still means tokens ``[i * block_size, (i + 1) * block_size)`` (vLLM's ``SlidingW
 ``KVCacheManager.allocate_slots`` frees them before it allocates the step's new blocks). A window group
 therefore holds about ``W / block_size + 1`` blocks per request, however long it grows.
 
-Each group's tables are kept by a real :class:`~paged_lab.memory.BlockManager` over the shared pool, so
-copy-on-write-free appends, all-or-nothing checks and the event log (one per group) are the ones the
-rest of the series uses. The Scheduler drives this class through the same ``KVCacheAllocator`` calls.
+Each group's tables are kept by a real manager over the shared pool: a full-attention group's by a
+:class:`~paged_lab.memory.BlockManager`, a window group's by its subclass ``SlidingWindowManager``
+(``memory/sliding_window.py``: the frees, the null entries, what it caches), so appends, all-or-nothing checks
+and the event log (one per group) are the ones the rest of the series uses. The Scheduler drives this class
+through the same ``KVCacheAllocator`` calls.
 
 Prefix caching (``enable_prefix_caching=True``) makes vLLM 0.32.0's decisions
 (``HybridKVCacheCoordinator`` in ``vllm/v1/core/kv_cache_coordinator.py``, ``SlidingWindowManager`` in
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 
 from paged_lab._checks import check_int, check_token_ids
 from paged_lab.kv_math import cdiv
+from paged_lab.memory.allocator import PagedPoolSlots
 from paged_lab.memory.block_manager import BlockManager, CowAction
 from paged_lab.memory.block_pool import NULL_BLOCK, BlockPool
 from paged_lab.memory.errors import (
@@ -61,12 +64,11 @@ from paged_lab.memory.errors import (
 )
 from paged_lab.memory.events import BlockManagerStats, Event
 from paged_lab.memory.invariants import check_invariants
-from paged_lab.memory.layer_groups import KVCacheGroup, group_layers, kv_cache_groups
+from paged_lab.memory.layer_groups import KVCacheGroup
 from paged_lab.memory.prefix_cache import block_hashes
-from paged_lab.memory.sliding_window import SlidingWindowBlockManager, window_prefix_hit
+from paged_lab.memory.sliding_window import SlidingWindowManager, window_prefix_hit
 
-__all__ = ["NULL_BLOCK", "KVCacheGroup", "kv_cache_groups", "group_layers", "HybridBlockManager", "CacheHit",
-           "window_prefix_hit", "blocks_held_over_time"]
+__all__ = ["HybridBlockManager", "CacheHit", "blocks_held_over_time"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class CacheHit:
     shared_prefix_boundary: int = 0
 
 
-class HybridBlockManager:
+class HybridBlockManager(PagedPoolSlots):
     """Block tables per layer group over one pool of ``num_blocks`` blocks; a ``KVCacheAllocator``.
 
     ``max_num_batched_tokens``: the Scheduler's token budget per step. A window group never holds more
@@ -123,8 +125,7 @@ class HybridBlockManager:
         kw = dict(enable_prefix_caching=self.enable_prefix_caching, record_events=record_events, reuse=reuse,
                   pool=self.pool)
         self.managers = {g.name: BlockManager(num_blocks, block_size, **kw) if g.sliding_window is None
-                         else SlidingWindowBlockManager(num_blocks, block_size, g.blocks_for_hit(block_size),
-                                                       **kw) for g in groups}
+                         else SlidingWindowManager(num_blocks, block_size, g, **kw) for g in groups}
         # Groups of one kind looked up together, full attention first (vLLM's attention_groups, sorted so:
         # its left-to-right search bounds the others').
         kinds = sorted({g.sliding_window or 0 for g in groups})
@@ -183,25 +184,10 @@ class HybridBlockManager:
                 f"{len(self.groups)} layer groups")
 
     @property
-    def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
-
-    @property
-    def used_slots(self) -> int:
-        return sum(m.used_slots for m in self.managers.values())
-
-    @property
-    def reserved_slots(self) -> int:
-        return self.pool.num_used_blocks * self.block_size
-
-    @property
-    def external_fragmentation(self) -> int:
-        return 0
-
-    @property
-    def usage(self) -> float:
-        """Fraction of the pool's token slots that hold a token of a live sequence, in any group."""
-        return self.used_slots / (self.num_blocks * self.block_size)
+    def empty_slots(self) -> int:
+        """Slots of held blocks that hold no token yet, in every group (``used_slots``, ``usage``: of the
+        whole pool, every group's tokens: ``PagedPoolSlots``)."""
+        return sum(m.empty_slots for m in self.managers.values())
 
     def __contains__(self, seq_id) -> bool:
         return seq_id in self._first
@@ -360,9 +346,9 @@ class HybridBlockManager:
         for g in self.groups:
             m = self.managers[g.name]
             m.take_new_blocks(seq_id)
-            if isinstance(m, SlidingWindowBlockManager):  # where a later request's hit may stop
-                m.boundaries[seq_id] = (prompt - 1,) + ((hit.shared_prefix_boundary,)
-                                                        if hit.shared_prefix_boundary else ())
+            if isinstance(m, SlidingWindowManager):  # where a later request's hit may stop
+                m.set_boundaries(seq_id, (prompt - 1,) + ((hit.shared_prefix_boundary,)
+                                                          if hit.shared_prefix_boundary else ()))
             m.cache_blocks(seq_id, to_cache)
         return self.block_tables(seq_id)
 
@@ -371,11 +357,8 @@ class HybridBlockManager:
         window of the next token, once ``num_computed_tokens`` are computed. The Scheduler calls it before
         it asks for a step's new slots, as vLLM's ``allocate_slots`` does, so freed blocks are reused."""
         computed = check_int("num_computed_tokens", num_computed_tokens, minimum=0, error=InvalidArgument)
-        for g in self.groups:
-            skipped_blocks = g.num_skipped_tokens(computed) // self.block_size
-            if skipped_blocks:
-                m = self.managers[g.name]
-                m.free_blocks_before(seq_id, min(skipped_blocks, len(m.block_table(seq_id))))
+        for m in self.managers.values():  # (full attention: nothing; a window: SlidingWindowManager's)
+            m.remove_skipped_blocks(seq_id, computed)
 
     def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
         """Slots for the next tokens in every group. All or nothing: raises OutOfBlocks, changing
@@ -391,13 +374,13 @@ class HybridBlockManager:
 
     def cache_blocks(self, seq_id, num_tokens: int) -> None:
         """Offer every group's full blocks among the first ``num_tokens`` tokens to the prefix cache (a
-        window group only those a later hit can use: ``SlidingWindowBlockManager``)."""
+        window group only those a later hit can use: ``SlidingWindowManager``)."""
         for m in self.managers.values():
             m.cache_blocks(seq_id, num_tokens)
 
     def free(self, seq_id) -> None:
         """Drop every group's table, group by group in order (as vLLM's coordinator frees them)."""
-        self._first._seq(seq_id)  # (UnknownSequence before any change)
+        self.num_tokens(seq_id)  # (UnknownSequence before any change)
         for m in self.managers.values():
             m.free(seq_id)
 
@@ -406,8 +389,7 @@ class HybridBlockManager:
         computed from scratch; blocks held by running sequences stay theirs. Every group's log records the
         evictions. Returns how many blocks were cached."""
         for m in self.managers.values():
-            for b in self.pool.block_hash:
-                m._emit("evict", None, (b,))
+            m.reset_prefix_cache(pool=False)
         return self.pool.reset_cache()
 
     def reset(self) -> None:

@@ -3,11 +3,12 @@
 Tests (and the property tests' random operation sequences) call ``bm.check_invariants()`` after
 each step; it raises BlockManagerError naming the first rule that is broken:
 
-1. A block appears at most once in a table, and a table holds ``blocks_for(num_tokens)`` entries; the
-   NULL_BLOCK entries (blocks a sliding window freed) are exactly its leading ``num_skipped_blocks``.
+1. A block appears at most once in a table, and a table holds ``blocks_for(num_tokens)`` entries; its
+   NULL_BLOCK entries (blocks a sliding window gave back, ``SlidingWindowManager``) all lead the table.
 2. ``refcount[b]`` equals the number of tables that hold ``b``.
 3. A block is in the free queue exactly when its refcount is 0.
-4. Tables that share a block agree on how many tokens it holds; ``usage`` counts those once.
+4. Tables that share a block agree on how many tokens it holds. (With rules 1 and 2, this makes
+   ``used_slots``, computed from the tables and the pool, count every held token once.)
 5. A cached block is a full block, registered under its own hash.
 6. Prefix-cache hits never exceed queries.
 7. A sequence holds a cached block only among its leading blocks already offered to the cache (its
@@ -29,15 +30,13 @@ def check_invariants(bm, pool_sharers=()) -> None:
     and 3 count their tables too."""
     fill = _check_tables(bm)
     # block -> tables holding it
-    holders = Counter(b for m in (bm, *pool_sharers) for s in m._seqs.values() for b in s.table
+    holders = Counter(b for m in (bm, *pool_sharers) for s in m.sequences.values() for b in s.table
                       if b != NULL_BLOCK)
     for b in range(bm.num_blocks):
         if holders[b] != bm.pool.refcounts[b]:
             raise BlockManagerError(f"block {b}: refcount {bm.pool.refcounts[b]} but {holders[b]} tables")
         if (holders[b] == 0) != (b in bm.pool.free_queue):
             raise BlockManagerError(f"block {b}: refcount {holders[b]} disagrees with the free queue")
-    if sum(fill.values()) != bm.used_slots:
-        raise BlockManagerError(f"used slots {bm.used_slots} != {sum(fill.values())}")
     for b, h in bm.pool.block_hash.items():
         if h not in bm.pool.cached or fill.get(b, bm.block_size) != bm.block_size:
             raise BlockManagerError(f"cached block {b} is not a full block under its hash")
@@ -51,7 +50,7 @@ def check_invariants(bm, pool_sharers=()) -> None:
 
 def _check_cached_blocks(bm) -> None:
     """Rule 7."""
-    for sid, s in bm._seqs.items():
+    for sid, s in bm.sequences.items():
         if not 0 <= s.num_cached_blocks <= min(len(s.hashes), len(s.table)):
             raise BlockManagerError(f"seq {sid!r}: {s.num_cached_blocks} blocks offered to the cache, "
                                     f"but it has {len(s.hashes)} full blocks")
@@ -70,13 +69,13 @@ def _check_cached_blocks(bm) -> None:
 def _check_tables(bm) -> dict[int, int]:
     """Rules 1 and 4. Returns ``{used block: tokens it holds}``."""
     fill: dict[int, int] = {}
-    for sid, s in bm._seqs.items():
-        held = s.table[s.num_skipped_blocks:]
-        if len(set(held)) != len(held) or NULL_BLOCK in held:
+    for sid, s in bm.sequences.items():
+        skipped = next((i for i, b in enumerate(s.table) if b != NULL_BLOCK), len(s.table))
+        held = s.table[skipped:]
+        if len(set(held)) != len(held):
             raise BlockManagerError(f"seq {sid!r}: a block appears twice in {s.table}")
-        if s.table[:s.num_skipped_blocks] != [NULL_BLOCK] * s.num_skipped_blocks:
-            raise BlockManagerError(f"seq {sid!r}: its first {s.num_skipped_blocks} entries must be "
-                                    "NULL_BLOCK")
+        if NULL_BLOCK in held:
+            raise BlockManagerError(f"seq {sid!r}: a NULL_BLOCK entry after a held block in {s.table}")
         if len(s.table) != bm.blocks_for(len(s.token_ids)):
             raise BlockManagerError(f"seq {sid!r}: {len(s.table)} blocks for {len(s.token_ids)} tokens")
         for i, b in enumerate(s.table):

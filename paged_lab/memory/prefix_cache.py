@@ -33,11 +33,11 @@ def hash_block(parent_hash: BlockHash | None, tokens: Sequence[int],
     return h.digest()[:16]
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int,
-                 extra_key: Hashable | None = None) -> list[BlockHash]:
-    """The chained hash of every *full* block of ``token_ids``, in order."""
+def block_hashes(token_ids: Sequence[int], block_size: int, extra_key: Hashable | None = None,
+                 parent: BlockHash | None = None) -> list[BlockHash]:
+    """The chained hash of every *full* block of ``token_ids``, in order (``parent``: the hash of the block
+    just before them, when they do not start the sequence)."""
     hashes: list[BlockHash] = []
-    parent = None
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = hash_block(parent, token_ids[start:start + block_size], extra_key)
         hashes.append(parent)

@@ -18,7 +18,7 @@ def system_prompt(system_len: int) -> list[int]:
     return list(range(1000, 1000 + system_len))
 
 
-def shared_prefix(k: int, system_len: int, user_len: int, block_size: int,
+def shared_system_prompt(k: int, system_len: int, user_len: int, block_size: int,
                   enable_prefix_caching: bool = True, num_blocks: int | None = None) -> BlockManager:
     """``k`` requests that share a ``system_len``-token system prompt, each followed by its own
     ``user_len`` tokens, allocated one after another (as in one scheduler step). The pool is big
@@ -36,8 +36,8 @@ def shared_prefix(k: int, system_len: int, user_len: int, block_size: int,
 
 def prefix_sharing_summary(k: int, system_len: int, user_len: int, block_size: int) -> dict:
     """Blocks used by the same ``k`` requests with and without prefix caching, and the hit rate."""
-    off = shared_prefix(k, system_len, user_len, block_size, enable_prefix_caching=False)
-    on = shared_prefix(k, system_len, user_len, block_size, enable_prefix_caching=True)
+    off = shared_system_prompt(k, system_len, user_len, block_size, enable_prefix_caching=False)
+    on = shared_system_prompt(k, system_len, user_len, block_size, enable_prefix_caching=True)
     return {
         "k": k, "system_len": system_len, "user_len": user_len, "block_size": block_size,
         "blocks_without_sharing": off.num_used_blocks,

@@ -1,38 +1,25 @@
-"""Scheduler: which sequences run this step, and what each one computes.
+"""Scheduler: which sequences run this step, and what each one computes (notebook 05).
 
-One step is one round of the windows story: every running sequence computes some tokens and,
-when it reaches its last token, samples one more. The same Scheduler drives ``simulate()`` (no
-model) and the real engine.
+One step is one round of the windows story: every running sequence computes some tokens and, when it
+reaches its last token, samples one more. The same Scheduler drives ``simulate()`` (no model) and the
+engine. ``schedule()`` takes three steps, in this order (vLLM V1's ``Scheduler.schedule`` in
+``vllm/v1/core/sched/scheduler.py``, nano-vllm's ``scheduler.py``):
 
-Each ``schedule()`` call, in this order (vLLM v1 / nano-vllm style):
+1. **Running sequences, oldest first**, each its next tokens: a chunk of its prefill, or the token it
+   sampled last step. They need slots first; when no block is free, the *most recently admitted*
+   running sequence is preempted (possibly the one asking), so the oldest always progresses: no deadlock.
+2. **Swapped sequences** come back (``preemption="swap"``) before anyone new is admitted.
+3. **Waiting sequences, first come first served**, each only when its whole prompt fits, prefix-cache
+   hits counted ("放得下才讓人進"); the head that does not fit blocks those behind it. Static batching
+   admits only once the previous batch has finished; nobody is admitted in a step that had to preempt.
 
-1. **Running sequences, oldest first.** Each computes its next tokens: the next chunk of its
-   prefill, or (a decode) the token sampled last step. Those tokens need slots first
-   (``append_tokens``). When no block is free (the allocator raises ``OutOfBlocks``), the *most
-   recently admitted* running sequence is preempted (possibly the one asking), so the oldest always
-   makes progress: no deadlock.
-2. **Swapped sequences** come back (swap mode) before anyone new is admitted.
-3. **Waiting sequences, first come first served.** A request is admitted only when its whole
-   prompt fits, its prefix-cache hits counted ("放得下才讓人進"); the queue head that does not fit
-   blocks those behind it. Static batching admits only when the previous batch has fully finished;
-   continuous batching refills free windows every step. Nobody is admitted in a step that had to preempt.
-
-Where a prompt's blocks come from (``allocation``):
-
-* ``"v1"`` (default; vLLM V1, ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule`` and
-  ``KVCacheManager.allocate_slots``): the whole prompt must *fit* to be admitted, but blocks are
-  *allocated* only for the tokens computed so far plus those scheduled this step. A prompt chunked by
-  the token budget takes its blocks chunk by chunk, and may preempt others for them.
-* ``"whole_prompt"`` (the PagedAttention paper, vLLM V0): admission reserves blocks for the whole
-  prompt at once; its later chunks never need a block.
-
-Either way the full blocks a step computes join the prefix cache as that step is scheduled
-(``cache_blocks``): never earlier, so no request can hit a block whose KV was never written.
-
-Preemption: ``recompute`` (default) frees the blocks and puts the sequence back at the front of
-the queue; its prompt *and* generated tokens are prefilled again later. ``swap`` copies its blocks
-to a CPU pool (``out.swap_out``) and back (``out.swap_in``); it falls back to recompute when the
-CPU pool is full or the sequence is still in its prefill.
+``allocation="v1"`` (vLLM V1's ``KVCacheManager.allocate_slots``) allocates blocks only for the tokens
+computed so far plus this step's, so a prompt chunked by the token budget takes its blocks chunk by chunk;
+``"whole_prompt"`` (the paper, vLLM V0) allocates the whole prompt at admission. Preemption by
+``"recompute"`` drops the blocks and queues the sequence at the front, to be prefilled again; ``"swap"``
+copies its blocks to a CPU pool and back (``out.swap_out``/``swap_in``; recompute when the CPU pool is
+full or the sequence is still in its prefill). The engine's calls between steps (``finish``,
+``abort_all``, ``fork``) are in ``control.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +30,7 @@ from collections import deque
 from paged_lab._checks import check_int
 from paged_lab.memory.allocator import KVCacheAllocator
 from paged_lab.memory.errors import OutOfBlocks
+from paged_lab.sched.control import RequestControl
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.sequence import Sequence, SequenceStatus
 from paged_lab.sched.swap import CpuSwapSpace
@@ -57,13 +45,12 @@ class RequestTooLargeError(ValueError):
     """The request can never fit in the pool, even alone; it is rejected, the others go on."""
 
 
-class Scheduler:
+class Scheduler(RequestControl):
     """Waiting / running / swapped queues over one ``allocator`` (a KVCacheAllocator: the paged
     BlockManager or the ContiguousAllocator; the Scheduler never asks which).
 
     ``max_num_seqs`` is the number of windows; ``max_num_batched_tokens`` (optional) caps the tokens
-    computed per step, which splits long prompts into chunks (chunked prefill). ``allocation``: when a
-    prompt's blocks are allocated (see the module docstring).
+    computed per step, which splits long prompts into chunks (chunked prefill).
     """
 
     def __init__(self, allocator: KVCacheAllocator, max_num_seqs: int, mode: str = "continuous",
@@ -71,21 +58,17 @@ class Scheduler:
                  num_cpu_blocks: int | None = None, allocation: str = "v1"):
         if allocator is None:
             raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if preemption not in PREEMPTION:
-            raise ValueError(f"preemption must be one of {PREEMPTION}, got {preemption!r}")
-        if allocation not in ALLOCATION:
-            raise ValueError(f"allocation must be one of {ALLOCATION}, got {allocation!r}")
+        for name, value, choices in (("mode", mode, MODES), ("preemption", preemption, PREEMPTION),
+                                     ("allocation", allocation, ALLOCATION)):
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {value!r}")
         if preemption == "swap" and not getattr(allocator, "swappable", True):
             raise ValueError(f"preemption='swap' copies one block table per sequence to the CPU; "
                              f"{type(allocator).__name__} keeps one per layer group: use 'recompute'")
-        self.allocation = allocation
         self.max_num_seqs = check_int("max_num_seqs", max_num_seqs, minimum=1)
         self.max_num_batched_tokens = None if max_num_batched_tokens is None else check_int(
             "max_num_batched_tokens", max_num_batched_tokens, minimum=1)
-        self.allocator = allocator
-        self.mode, self.preemption = mode, preemption
+        self.allocator, self.mode, self.preemption, self.allocation = allocator, mode, preemption, allocation
         self.block_size, self.num_blocks = allocator.block_size, allocator.num_blocks
         self.max_slots_per_seq = allocator.max_slots_per_seq  # the whole pool, or one reservation
         # "whole_prompt" allocates every block of a prompt at admission, so admission counts them all: a
@@ -98,10 +81,9 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (the last is preempted first)
         self.swapped: deque[Sequence] = deque()
-        self.step_count = 0
-        self.num_preemptions = 0
+        self.step_count = self.num_preemptions = 0
         self._live: dict = {}  # seq_id -> every sequence added and not finished yet
-        self._last_out: SchedulerOutput | None = None
+        self._last_out: SchedulerOutput | None = None  # what update() must be given next
 
     # -- requests --------------------------------------------------------------------------------
     def add_request(self, seq: Sequence) -> None:
@@ -152,7 +134,7 @@ class Scheduler:
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        """Decide this step's work (see the module docstring for the order)."""
+        """Decide this step's work: the module docstring's three steps, in order."""
         out = SchedulerOutput(self.step_count)
         self.step_count += 1
         self.allocator.clock = out.step
@@ -174,11 +156,14 @@ class Scheduler:
         for seq in self.running:
             if budget <= 0:
                 break
-            # a chunk of its prefill, or the one pending token
-            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            num_new = self._num_new_tokens(seq, budget)
             if self._reserve_slots(seq, num_new, out):
                 budget -= self._schedule_tokens(seq, num_new, out)
         return budget
+
+    def _num_new_tokens(self, seq: Sequence, budget: int) -> int:
+        """What ``seq`` computes this step: its prefill's next chunk, or its token sampled last step."""
+        return min(len(seq.token_ids) - seq.num_computed_tokens, budget)
 
     def _reserve_slots(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
         """Slots for the next ``num_new`` tokens of ``seq``: those that have none yet get one (a decode's
@@ -203,69 +188,6 @@ class Scheduler:
                     out.cow_copies.append((cow.src, cow.dst))
                 return True
 
-    def _schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
-        """Compute ``seq``'s next ``num_new`` tokens this step (their slots exist). Returns ``num_new``.
-
-        The full blocks they complete join the prefix cache now: their KV is stored this step, before
-        any layer attends, so a request admitted later in this same step may share them. Blocks past
-        them are not offered yet: if ``seq`` is preempted before computing them, no other request can
-        find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
-        start = seq.num_computed_tokens
-        end = start + num_new
-        self.allocator.cache_blocks(seq.seq_id, end)
-        is_prefill, samples = start < seq.num_prefill_tokens, end == len(seq.token_ids)
-        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples))
-        return num_new
-
-    def _append_pending_token(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """Give the token sampled last step its slot (its block is copied first if shared)."""
-        cow = self.allocator.append_tokens(seq.seq_id, [seq.token_ids[-1]])
-        if cow is not None:
-            out.cow_copies.append((cow.src, cow.dst))
-
-    def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        """Step 3: waiting sequences, first come first served, while windows and budget last."""
-        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
-            seq = self.waiting[0]
-            # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
-            # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
-            if not self.allocator.can_allocate(seq.token_ids):
-                break  # first come, first served: nobody overtakes the head
-            slots_now = budget if self.allocation == "v1" else None  # v1: only what this step computes
-            # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
-            # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
-            # nobody is admitted). The prompt length tells a window group which blocks to cache.
-            try:
-                self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
-                                        max_new_tokens=slots_now, num_prompt_tokens=seq.num_prompt_tokens)
-            except OutOfBlocks:  # (nothing changed)
-                break
-            self.waiting.popleft()
-            seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)  # prefix-cache hit
-            seq.num_prefill_tokens = len(seq)
-            seq.status = RUNNING
-            if seq.first_scheduled_step is None:
-                seq.first_scheduled_step = out.step
-            self.running.append(seq)
-            budget -= self._schedule_tokens(seq, min(len(seq) - seq.num_computed_tokens, budget), out)
-
-    def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
-        """Step 2: swapped sequences come back, oldest first, and decode at once."""
-        while self.swapped and len(self.running) < self.max_num_seqs and budget > 0:
-            seq = self.swapped[0]
-            if not self.allocator.can_allocate(seq.num_computed_tokens + 1):  # plus the pending token
-                break
-            self.swapped.popleft()
-            table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
-            on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
-            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
-            seq.status = RUNNING
-            self.running.append(seq)
-            self._append_pending_token(seq, out)  # (it fits: can_allocate counted its slot)
-            out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
-            budget -= 1
-        return budget
-
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Take ``seq``'s blocks: swap them to the CPU pool when that is the mode and they fit,
         else drop them and queue ``seq`` at the front to be prefilled again (recompute)."""
@@ -285,101 +207,106 @@ class Scheduler:
             seq.status = WAITING
             self.waiting.appendleft(seq)
 
+    def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
+        """Step 2: swapped sequences come back, oldest first, and decode at once."""
+        while self.swapped and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.swapped[0]
+            if not self.allocator.can_allocate(seq.num_computed_tokens + 1):  # plus the pending token
+                break
+            self.swapped.popleft()
+            table = self.allocator.allocate(seq.seq_id, seq.token_ids[:seq.num_computed_tokens])
+            on_gpu = self.allocator.num_cached_tokens(seq.seq_id) // self.block_size  # prefix-cache hits
+            out.swap_in.extend(self.swap_space.swap_in(seq.seq_id, table, on_gpu))
+            seq.status = RUNNING
+            self.running.append(seq)
+            self._reserve_slots(seq, 1, out)  # the token sampled before the swap (can_allocate counted it)
+            out.scheduled.append(ScheduledSeq(seq, len(seq) - 1, len(seq), False))
+            budget -= 1
+        return budget
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> None:
+        """Step 3: waiting sequences, first come first served, while windows and budget last."""
+        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            if not self._allocate_prompt(seq, budget):
+                break  # first come, first served: nobody overtakes the head
+            self.waiting.popleft()
+            self._start_running(seq, out)
+            budget -= self._schedule_tokens(seq, self._num_new_tokens(seq, budget), out)
+
+    def _allocate_prompt(self, seq: Sequence, budget: int) -> bool:
+        """Blocks for a waiting ``seq``, or False (nothing changed) when it must wait."""
+        # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
+        # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
+        if not self.allocator.can_allocate(seq.token_ids):
+            return False
+        # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
+        # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
+        # nobody is admitted). The prompt length tells a window group which blocks to cache.
+        try:
+            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                    max_new_tokens=budget if self.allocation == "v1" else None,
+                                    num_prompt_tokens=seq.num_prompt_tokens)  # v1: what this step computes
+        except OutOfBlocks:  # (nothing changed)
+            return False
+        return True
+
+    def _start_running(self, seq: Sequence, out: SchedulerOutput) -> None:
+        """``seq`` was admitted: its prefill starts after its prefix-cache hit."""
+        seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)
+        seq.num_prefill_tokens = len(seq)  # after a recompute preemption: its outputs too
+        seq.status = RUNNING
+        if seq.first_scheduled_step is None:
+            seq.first_scheduled_step = out.step
+        self.running.append(seq)
+
+    def _schedule_tokens(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
+        """Compute ``seq``'s next ``num_new`` tokens this step (their slots exist). Returns ``num_new``.
+
+        The full blocks they complete join the prefix cache now: their KV is stored this step, before
+        any layer attends, so a request admitted later in this same step may share them. Blocks past
+        them are not offered yet: if ``seq`` is preempted before computing them, no other request can
+        find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
+        start = seq.num_computed_tokens
+        end = start + num_new
+        self.allocator.cache_blocks(seq.seq_id, end)
+        is_prefill, samples = start < seq.num_prefill_tokens, end == len(seq.token_ids)
+        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples))
+        return num_new
+
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
         """Record this step: mark KV computed and append one sampled token per entry of
         ``out.sampling`` (in that order). Returns the sequences that finished this step."""
-        sampling, sampled = self._accept_update(out, sampled_token_ids)
-        for entry in out.scheduled:
-            if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
-                entry.seq.num_computed_tokens = entry.end
-        finished = []
-        for entry, token in zip(sampling, sampled):
-            if entry.seq.status is RUNNING and self._append_sampled(entry.seq, token, out.step):
-                finished.append(entry.seq)
-        if finished:
-            self.running = [s for s in self.running if s.status is RUNNING]
-        return finished
-
-    def _accept_update(self, out: SchedulerOutput, sampled_token_ids) -> tuple[list[ScheduledSeq], list[int]]:
-        """Check ``update``'s arguments (before any change). Returns ``(out.sampling, the ids)``."""
-        if out is not self._last_out:
+        if out is not self._last_out:  # (every check before any change)
             raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
         sampled, sampling = list(sampled_token_ids), out.sampling
         if len(sampled) != len(sampling):
             raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
                              f"that sample this step (out.sampling)")
         self._last_out = None
-        return sampling, sampled
+        for entry in out.scheduled:
+            if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
+                entry.seq.num_computed_tokens = entry.end
+        finished = [entry.seq for entry, token in zip(sampling, sampled)
+                    if entry.seq.status is RUNNING and self._append_sampled(entry.seq, token, out.step)]
+        if finished:
+            self.running = [s for s in self.running if s.status is RUNNING]
+        return finished
 
     def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
         """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
         seq.append_token(token, step)
-        if not seq.ignore_eos and token == seq.eos_token_id:
-            self._finish(seq, "stop", step)
-        elif seq.num_output_tokens >= seq.max_tokens:
-            self._finish(seq, "length", step)
-        else:
-            return False
-        return True
+        stop = not seq.ignore_eos and token == seq.eos_token_id
+        if stop or seq.num_output_tokens >= seq.max_tokens:
+            self._finish(seq, "stop" if stop else "length", step)
+            return True
+        return False
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
+        """Give back ``seq``'s blocks (GPU and CPU) and mark it finished."""
         if seq.seq_id in self.allocator:
             self.allocator.free(seq.seq_id)
         self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
         self._live.pop(seq.seq_id, None)
-
-    def finish(self, seq: Sequence, reason: str = "stop") -> None:
-        """Engine-side stop (a stop string, an abort): free its blocks and drop it from every queue."""
-        if seq.status is SequenceStatus.FINISHED:
-            raise ValueError(f"seq {seq.seq_id!r} is already finished ({seq.finish_reason})")
-        if seq.seq_id not in self._live:
-            raise KeyError(f"seq {seq.seq_id!r} was never added to this scheduler")
-        for q in (self.waiting, self.swapped):
-            if seq in q:
-                q.remove(seq)
-        self.running = [s for s in self.running if s is not seq]
-        self._finish(seq, reason, max(self.step_count - 1, 0))
-
-    def abort_all(self) -> list[Sequence]:
-        """Abort every sequence at once: each unfinished one is finished with reason "abort", the queues are
-        emptied and the allocator gives every slot back (``allocator.reset()``: a prefix cache is dropped
-        too). Whatever an exception cut half-way in a step, the scheduler and its allocator end as new ones
-        (the counters kept). Returns the aborted sequences."""
-        step = max(self.step_count - 1, 0)
-        aborted = [s for s in self._live.values() if s.status is not SequenceStatus.FINISHED]
-        for seq in aborted:
-            seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, "abort", step
-        self.waiting, self.running, self.swapped = deque(), [], deque()
-        self._live, self._last_out = {}, None
-        moved, self.swap_space = self.swap_space.num_blocks_moved, CpuSwapSpace(self.num_cpu_blocks)
-        self.swap_space.num_blocks_moved = moved
-        self.allocator.reset()
-        return aborted
-
-    def fork(self, parent: Sequence, child: Sequence, last_token_id: int | None = None) -> None:
-        """Parallel sampling: ``child`` (a new Sequence with the same prompt) shares every block of
-        the running ``parent``. ``last_token_id`` replaces the child's copy of the parent's newest
-        sampled token (it has no KV yet, so the two may differ without a copy)."""
-        if parent.status is not RUNNING or parent.num_computed_tokens < parent.num_prefill_tokens:
-            raise ValueError(f"parent {parent.seq_id!r} must be running with its prefill done to fork "
-                             f"(status={parent.status.value})")
-        if child.status is not WAITING or child.seq_id in self._live:
-            raise ValueError(f"child {child.seq_id!r} must be a new Sequence with an unused seq_id")
-        if child.prompt_token_ids != parent.prompt_token_ids:
-            raise ValueError(f"child {child.seq_id!r} must have the same prompt as parent {parent.seq_id!r}")
-        self._check_fits(child)
-        pending = parent.num_computed_tokens < len(parent)  # its newest token has no KV yet
-        self.allocator.fork(parent.seq_id, child.seq_id)
-        child.token_ids = list(parent.token_ids)
-        if last_token_id is not None and pending:
-            child.token_ids[-1] = last_token_id
-        child.num_computed_tokens = parent.num_computed_tokens
-        child.num_prefill_tokens = parent.num_prefill_tokens
-        child.first_scheduled_step, child.first_token_step = (parent.first_scheduled_step,
-                                                              parent.first_token_step)
-        child.output_steps = list(parent.output_steps)
-        child.status = RUNNING
-        self._live[child.seq_id] = child
-        self.running.append(child)

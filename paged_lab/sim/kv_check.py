@@ -2,7 +2,7 @@
 
 A model's K and V at position ``p`` depend on every token up to ``p``. So this checker stands in for the
 paged KV cache with *names*: each slot holds the name of the token prefix whose KV was stored there.
-Replaying one scheduler step in the engine's order (``LLM.step`` and ``engine.llama.PagedAttention``):
+Replaying one scheduler step in the engine's order (``LLM.step`` and ``engine.attention.PagedAttention``):
 
 1. the block copies: swap out, swap in, copy-on-write (the engine does them before the forward);
 2. store: every scheduled token's name goes into its slot (every layer stores the whole step's K/V
@@ -25,8 +25,8 @@ copy-on-write that was not done, or a slot that two live sequences write.
 
 from __future__ import annotations
 
-from paged_lab.memory.block_manager import slot_for
 from paged_lab.memory.block_pool import NULL_BLOCK
+from paged_lab.memory.block_tables import slot_for
 from paged_lab.memory.hybrid import HybridBlockManager
 
 

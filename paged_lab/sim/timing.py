@@ -6,6 +6,11 @@ simplest model that shows it -- a fixed cost per step (reading the weights once,
 kernels) plus a cost per token computed -- and :func:`timed_latency` replays a ``SimResult``'s
 timeline through it to get TTFT, ITL and end-to-end latency in seconds.
 
+``StepTime`` is illustrative: two round numbers that give notebook 05's latency curves seconds on their
+axis. It predicts no machine. What a real model's step costs on this machine, from the bytes it moves and
+the FLOPs it does, is ``engine.step_model``'s roofline (notebook 07), which ``tools.decode_steps``
+measures against the engine's own steps.
+
 Chunked prefill (``max_num_batched_tokens``) caps the tokens one step computes. The running decodes
 are scheduled first, so they get a token every step; a long prompt that arrives takes what is left of
 the budget, over several steps. Without the cap, the step that prefills it stalls every decode for as

@@ -65,7 +65,7 @@ class BenchReport:
     batch_size: int
     threads: int
     runs: dict[str, list[RunResult]] = field(default_factory=dict)
-    paged_lab_weights: str = ""  # how paged_lab multiplies: "oneDNN-prepacked" or "model tensors (F.linear)"
+    paged_lab_weights: str = ""  # how paged_lab multiplies: "packed copy" or "model tensors (F.linear)"
     paged_lab_attention: str = ""  # the attention backend(s) that ran (llm.stats()), and any fallbacks
 
     def median_tokens_per_s(self, method: str) -> float:
@@ -185,9 +185,8 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
               enforce_eager: bool = True, cpu_prepack: bool | None = None) -> BenchReport:
     """Load the model once, then run each method ``repeats`` times, interleaved (noise hits all alike).
 
-    cpu_prepack: passed to paged_lab's ``LLM`` (None: its default, a packed copy of the weights on CPU;
-    False: the model's own tensors, as an engine built with ``cpu_prepack=False`` over ``loaded`` has them,
-    so the two share one runner instead of holding two).
+    cpu_prepack: passed to paged_lab's ``LLM``: None or False (its default) multiplies with the model's own
+    tensors, True with a packed copy of them (``kernels.cpu.fast_path``; ``python -m paged_lab bench``).
 
     enforce_eager=False: paged_lab compiles its decode steps first (``LLM(enforce_eager=False)``); the
     compile time is start-up, outside the timed runs, as vLLM's is. That compiler path is CPU-only: on a
@@ -209,11 +208,14 @@ def run_bench(model_name: str = "smollm2-135m", repeats: int = 1, batch_size: in
     longest = max(len(r.prompt_token_ids) + r.max_tokens for r in workload)
     num_kv_blocks = 2 * batch_size * cdiv(longest, 16)
     on_cpu = next(model.parameters()).device.type == "cpu"
-    llm = (LLM(model, tokenizer=tok, max_num_seqs=batch_size, block_size=16, num_kv_blocks=num_kv_blocks,
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the loaded model's, bf16 on a GPU
+    llm = (LLM(model, tokenizer=tok, dtype=dtype, max_num_seqs=batch_size, block_size=16,
+               num_kv_blocks=num_kv_blocks,
                enforce_eager=enforce_eager or not on_cpu, compile_progress=progress, cpu_prepack=cpu_prepack)
            if "paged_lab" in methods else None)
     if llm is not None:
-        report.paged_lab_weights = "oneDNN-prepacked" if llm.runner.prepacked else "model tensors (F.linear)"
+        report.paged_lab_weights = (f"packed copy ({llm.runner.ops.name})" if cpu_prepack
+                                    else f"model tensors (F.linear; {llm.runner.ops.name})")
         if llm.compiled is not None:
             report.paged_lab_weights += (f"; decode batches of <= {llm.compiled.capture_sizes[-1]} compiled "
                                          f"(sizes {', '.join(map(str, llm.compiled.capture_sizes))})")

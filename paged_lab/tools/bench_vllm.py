@@ -186,7 +186,8 @@ def race(model_name: str = "smollm2-135m", dtype: str = "float32", repeats: int 
                         dtype, block_size, max_num_seqs, threads, tmp / "vllm.log")
     try:
         llm = LLM(model, tokenizer=tok, dtype=dtype, block_size=block_size, max_num_seqs=max_num_seqs,
-                  kv_cache_memory=KV_CACHE_GIB * 2**30, enable_prefix_caching=False, enforce_eager=True)
+                  kv_cache_memory=KV_CACHE_GIB * 2**30, enable_prefix_caching=False, enforce_eager=True,
+                  cpu_prepack=True)  # packed weights, as vLLM's CPU backend packs its own
         log(f"[{dtype}] waiting for vLLM to start and warm up (log: {tmp / 'vllm.log'})")
         report.vllm_settings = runner.answer()  # (its start-up and warm-up are not timed)
         run_paged_lab(llm, workload)  # paged_lab's warm-up: the same whole workload, untimed

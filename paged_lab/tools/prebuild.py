@@ -14,12 +14,12 @@ def prebuild(progress: bool = True) -> dict[str, str]:
     """Build the default model's cached copy and each C library; ``{what: "ready" or why not}`` (a CPU
     without AVX-512 gets no C kernels, and the notebooks run without them)."""
     from paged_lab._cache import cache_root
-    from paged_lab.kernels import cpu_gemm, cpu_layer_ops, cpu_paged
+    from paged_lab.kernels.cpu import attention, gemm, layer_ops
     from paged_lab.models import DEFAULT_MODEL, load_model
 
     load_model(DEFAULT_MODEL, device="cpu", progress=progress)
     done = {f"{DEFAULT_MODEL} in {cache_root()}": "ready"}
-    for module in (cpu_paged, cpu_gemm, cpu_layer_ops):
+    for module in (attention, gemm, layer_ops):
         library = module.LIBRARY
         ready = library.lib() is not None
         done[f"C kernels {library.source.name}"] = "ready" if ready else f"not built: {library.why}"

@@ -148,7 +148,7 @@ def fig_step_time(rows: Sequence[Mapping], title: str = "Decode step time: predi
                                                         "against measured"
                   ) -> go.Figure:
     """Step time (ms) against the number of sequences in the batch, one colour per context length:
-    measured (solid, from ``engine.step_model.measure_decode_steps``) beside predicted (dashed, the
+    measured (solid, from ``tools.decode_steps.measure_decode_steps``) beside predicted (dashed, the
     roofline). On this axis every shape has a place of its own, and "8 sequences cost about what 1
     costs" reads as a flat line."""
     if not rows:

@@ -24,7 +24,7 @@ from paged_lab.viz.colors import PALETTE
 
 # What each paged_lab backend is, in a few words (paged_lab.kernels.dispatch.BACKEND_TABLE's names).
 BACKEND_WORDS = {
-    "cpu": "attention in C (kernels/cpu_paged.py)",
+    "cpu": "attention in C (kernels/cpu/attention.py)",
     "torch": "PyTorch gathers (kernels/torch_paged.py)",
     "triton": "Triton GPU kernels (kernels/triton_paged.py)",
     "reference": "reference loops (kernels/reference.py)",

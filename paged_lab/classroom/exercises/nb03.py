@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from paged_lab.classroom.exercises.exercise import Exercise
-from paged_lab.memory.block_manager import BlockManager, slot_for
+from paged_lab.memory.block_manager import BlockManager
+from paged_lab.memory.block_tables import slot_for
 
 
 def _st_blocks_needed():
@@ -67,14 +68,14 @@ BLOCKS_NEEDED = Exercise(
     "blocks_needed", ("n_tokens", "block_size"), _expect_blocks_needed,
     cases=((0, 4), (4, 4), (5, 4)), strategy=_st_blocks_needed,
     hint="round up: a block that holds one token is still a whole block. 0 tokens need 0 blocks.",
-    real="paged_lab.memory.block_manager:BlockManager.blocks_for")
+    real="paged_lab.memory.block_tables:BlockTables.blocks_for")
 
 SLOT_FOR = Exercise(
     "slot_for", ("pos", "block_table", "block_size"), slot_for,
     cases=((0, [7], 4), (5, [7, 2], 4)), strategy=_st_slot_for,
     hint="which entry of the table holds position pos (pos // block_size), and which row inside "
          "that block (pos % block_size)? The table gives the physical block.",
-    real="paged_lab.memory.block_manager:slot_for")
+    real="paged_lab.memory.block_tables:slot_for")
 
 APPEND_TOKEN = Exercise(
     "append_token", ("block_table", "num_tokens", "free_blocks", "block_size"), _expect_append,

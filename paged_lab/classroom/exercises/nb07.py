@@ -5,7 +5,8 @@ from __future__ import annotations
 from itertools import accumulate
 
 from paged_lab.classroom.exercises.exercise import Exercise
-from paged_lab.memory.block_manager import BlockManager, slot_for
+from paged_lab.memory.block_manager import BlockManager
+from paged_lab.memory.block_tables import slot_for
 
 
 def _scheduled_chunks(chunks):
@@ -22,7 +23,7 @@ def _scheduled_chunks(chunks):
 
 def _batch_order(chunks):
     """``chunks`` in the order the engine lays out its batch (``decodes_first``, the engine's own)."""
-    from paged_lab.engine.engine import decodes_first
+    from paged_lab.engine.batch import decodes_first
 
     entries = _scheduled_chunks(chunks)
     by_seq = {s.seq.seq_id: chunk for s, chunk in entries}
@@ -67,13 +68,13 @@ BATCH_SLOTS = Exercise(
     cases=(([([5, 9], 0, 3), ([4], 1, 2)], 2),), strategy=_st_chunks,
     hint="the same decodes-first order as query_start_loc; a chunk's slots are those of positions "
          "start..end-1, each through that chunk's own block table (slot_for of notebook 03).",
-    real="paged_lab.engine.engine:LLM.prepare_batch")
+    real="paged_lab.engine.batch:prepare_batch")
 
 QUERY_START_LOC = Exercise(
     "query_start_loc", ("chunks", "block_size"), _expect_qsl,
     cases=(([([5, 9], 0, 3), ([4], 1, 2)], 2),), strategy=_st_chunks,
     hint="decodes (one-token chunks) first, then the rest, each group in the given order (sorted() "
          "with a key keeps it); start at 0 and add each chunk's end - start.",
-    real="paged_lab.engine.engine:LLM.prepare_batch")
+    real="paged_lab.engine.batch:prepare_batch")
 
 EXERCISES = (BATCH_SLOTS, QUERY_START_LOC)

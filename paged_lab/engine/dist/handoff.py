@@ -34,8 +34,8 @@ import torch
 
 from paged_lab.engine.dist import tp as tp_mod
 from paged_lab.engine.dist.workers import WorkerError, Workers
+from paged_lab.engine.attention import AttentionMetadata, PagedAttention
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.llama import AttentionMetadata, PagedAttention
 from paged_lab.memory import BlockManager
 
 

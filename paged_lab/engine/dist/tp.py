@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 
 from paged_lab.engine.dist.workers import WorkerError, Workers
+from paged_lab.engine.attention import PagedAttention
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.linear import Linear
-from paged_lab.engine.llama import LayerWeights, PagedAttention, PagedLlama
+from paged_lab.engine.llama import LayerWeights, Linear, PagedLlama
 from paged_lab.kv_math import ModelSpec
 
 CONFIG_FIELDS = ("num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim", "rms_norm_eps",

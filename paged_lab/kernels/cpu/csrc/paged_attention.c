@@ -1,7 +1,7 @@
 /* Paged attention on CPU. paged_decode: store each sequence's new K/V in its slot, then attend its one
  * query token over its block table. paged_prefill: every query token of a (chunked) prefill attends
  * causally over its sequence's context. The readable truth is paged_lab.kernels.reference (store_kv,
- * paged_attention_decode, paged_attention_prefill); paged_lab.kernels.cpu_paged builds and calls this.
+ * paged_attention_decode, paged_attention_prefill); paged_lab.kernels.cpu.attention builds and calls this.
  *
  * Why C: the torch path gathers every sequence's blocks into a padded copy, zeroes the padding and
  * calls SDPA with a mask, about ten ops per layer and a copy of all K/V. Here each sequence reads its

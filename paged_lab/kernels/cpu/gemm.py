@@ -3,17 +3,17 @@
 A decode step multiplies one row per running sequence by every weight of the model, so its matmuls are
 bound by how fast the weights stream from memory, not by arithmetic. ``csrc/panel_gemm.c`` reads every
 weight once, in memory order, from a copy packed once into panels of 16 output features (:func:`pack`),
-and keeps up to 8 rows x 32 outputs in registers (the file's comment gives the loop). On the development
-machine (Intel, AVX-512, 2 threads) SmolLM2's 30 layers' projections and head took about 21 ms for 4 rows
-where oneDNN's prepacked matmul took 28-31 ms (``benchmarks/linear_bench.py``); from a few hundred rows on,
-the matmul is compute-bound and MKL/oneDNN are as fast or faster (bf16: oneDNN's AMX from 8 rows), so
-``engine.linear`` uses this for up to :data:`MAX_ROWS` rows only.
+and keeps up to 8 rows x 32 outputs in registers (the file's comment gives the loop). For a few rows it
+beats oneDNN's prepacked matmul; from a few hundred rows on, the matmul is compute-bound and MKL/oneDNN are
+as fast or faster (bf16: oneDNN's AMX from 8 rows), so ``kernels.cpu.linear`` uses this for up to
+:data:`MAX_ROWS` rows only (measured: ``benchmarks/linear_bench.py``; docs/benchmarks.md, "The decode
+matmuls in C").
 
 Each output is summed in input order, 64 terms at a time and then the blocks (one running sum erred 5x
 more against float64), so a row's result does not depend on which rows share its batch; against
 ``F.linear`` it differs by summation order only (about 1e-6 relative in fp32).
 bf16 weights are widened to fp32 exactly and summed in fp32; the caller rounds the result to bf16 once.
-Built on first use like :mod:`~paged_lab.kernels.cpu_paged` (same cache folder and rules, AVX-512 only).
+Built on first use by :mod:`~paged_lab.kernels.cpu.build` (AVX-512 only), as the C attention is.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from pathlib import Path
 
 import torch
 
-from paged_lab.kernels import cpu_paged
+from paged_lab.kernels.cpu.build import CLibrary
 
 SOURCE = Path(__file__).with_name("csrc") / "panel_gemm.c"
 PANEL = 16  # output features per panel: one AVX-512 register of fp32
-# Up to this many rows the packed loop beat torch's matmuls here; more rows go to them (engine.linear).
-# fp32 (1 thread): 0.73x oneDNN's time at 4 rows, 0.97x at 64, as fast as MKL at 256, MKL 5% faster at
-# 1,024. bf16 (2 threads): 0.63x oneDNN's at 4 rows, even at 8, and oneDNN's AMX tiles far ahead from 16 on.
+# Up to this many rows the packed loop beat torch's matmuls (docs/benchmarks.md, "The decode matmuls in
+# C"); more rows go to them (cpu.linear).
 MAX_ROWS = {torch.float32: 256, torch.bfloat16: 4}
 
 
@@ -41,7 +40,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.panel_gemm.argtypes = [p, p, ctypes.c_int, p, p, n, n, n, ctypes.c_int]
 
 
-LIBRARY = cpu_paged.CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
+LIBRARY = CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
 _lib = LIBRARY.lib
 
 

@@ -1,5 +1,5 @@
 /* y = x @ W.T (+ bias) for the few rows of a decode step: the engine's matmul on a CPU with AVX-512.
- * paged_lab.kernels.cpu_gemm packs W and calls this; paged_lab.engine.linear decides when.
+ * paged_lab.kernels.cpu.gemm packs W and calls this; paged_lab.kernels.cpu.linear decides when.
  *
  * Why: a decode step multiplies a handful of rows (one per running sequence) by every weight of the
  * model, so its matmuls are bound by how fast the weights stream from memory (SmolLM2-135M in fp32:

@@ -1,5 +1,5 @@
 /* AVX-512 math shared by the C kernels (paged_attention.c, layer_ops.c): one definition of e^x.
- * Included, not compiled alone; cpu_paged.load_library hashes every header of csrc/ into its build key. */
+ * Included, not compiled alone; build.load_library hashes every header of csrc/ into its build key. */
 #ifndef PAGED_LAB_AVX512_MATH_H
 #define PAGED_LAB_AVX512_MATH_H
 

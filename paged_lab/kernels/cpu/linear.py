@@ -1,25 +1,25 @@
-"""The engine's matmuls: ``F.linear``, or a packed copy of the weights made once for the CPU.
+"""The projections with a packed copy of the weights, made once for the CPU: the fast path's ``linear``.
 
 A decode step multiplies a few rows (one per running sequence) by every weight of the model, so on a
 CPU its cost is set by how well the GEMM handles a tiny M: it streams all the weights (SmolLM2-135M in
 fp32: 0.54 GB) for a few rows of arithmetic. torch's default CPU GEMM for fp32 is MKL's ``sgemm``, which
-repacks the weight on every call. ``prepack=True`` keeps one packed copy instead, in one of two forms:
+repacks the weight on every call. :class:`PackedLinear` keeps one packed copy instead, in one of two forms:
 
-- **panels** for the C matmul (``kernels.cpu_gemm``, CPU with AVX-512): every weight read once in memory
-  order, up to ``cpu_gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16); on the development machine (Intel,
-  AVX-512, 2 threads) the 30 layers' projections and the head took about 21 ms for 4 rows against 28-31 ms
-  with oneDNN. More rows are compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as
-  fast as oneDNN at a thousand rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8
-  rows on).
+- **panels** for the C matmul (``kernels.cpu.gemm``, CPU with AVX-512): every weight read once in memory
+  order, up to ``gemm.MAX_ROWS`` rows (256 in fp32, 4 in bf16), faster than oneDNN there. More rows are
+  compute-bound: fp32 runs ``F.linear`` on the model's own tensors there (as fast as oneDNN at a thousand
+  rows), bf16 a oneDNN copy as well (AMX tiles: faster than the C loop from 8 rows on).
 - **oneDNN** (bundled with torch as ``mkldnn``), with the weight reordered once into its blocked layout,
-  where the C matmul cannot run: 1.5-1.75x faster than MKL for the projections at M = 4-8 and 2.5-2.9x
-  for SmolLM2's 49152 x 576 head on an AMD EPYC (``benchmarks/linear_bench.py``). vLLM's CPU backend
-  does the same.
+  where the C matmul cannot run: faster than MKL for decode-sized M, most for SmolLM2's 49152 x 576 head.
+  vLLM's CPU backend does the same.
+
+What each measured: ``benchmarks/linear_bench.py``, and docs/benchmarks.md ("The decode matmuls in C",
+"Prepacked oneDNN weights", "oneDNN's prepacked matmul is padded to 4 rows").
 
 Prepacking costs a second copy of every weight (the transformers model keeps its own; bf16 keeps a third,
-oneDNN's), so it is a choice: ``LLM(..., cpu_prepack=False)`` runs on the model's own tensors with
-``F.linear``. The results are fp32 matmuls either way; they differ only in summation order (about 1e-6
-relative).
+oneDNN's), so it is a choice (``kernels.cpu.fast_path``): the model's forward otherwise runs ``F.linear`` on
+the model's own tensors. The results are fp32 matmuls either way; they differ only in summation order
+(about 1e-6 relative).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from paged_lab.kernels import cpu_gemm
+from paged_lab.kernels.cpu import gemm
 
-# oneDNN's prepacked matmul is slower for 1-3 rows than for 4 (on the development machine, 30 layers'
-# projections at 2 threads: 20.5 ms for 1 row, 17.5 ms for 4): fewer rows are padded up to this many.
+# The decode batch oneDNN lays the prepacked weights out for (PackedLinear's batch_hint).
+BATCH_HINT = 8
+# oneDNN's prepacked matmul is slower for 1-3 rows than for 4 (docs/benchmarks.md): fewer rows are padded
+# up to this many.
 PACKED_MIN_ROWS = 4
 
 
@@ -43,54 +45,54 @@ def can_prepack(weight: torch.Tensor) -> bool:
             and (weight.dtype == torch.float32 or torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
+def check_packable(weight: torch.Tensor) -> None:
+    """Raise unless :func:`can_prepack` takes this weight (``LLM(cpu_prepack=True)`` on a GPU, in fp16)."""
+    if not can_prepack(weight):
+        raise ValueError(f"prepack=True needs a CPU float32/bfloat16 weight and a torch built with "
+                         f"mkldnn; got a {weight.dtype} weight on {weight.device}")
+
+
 def _stack(weights: list[torch.Tensor]) -> torch.Tensor:
     """The weights one above the other, ``[sum(out_i), in_features]``: the first itself if alone, else a
     copy in a memory mapping of its own, which goes back to the OS as soon as oneDNN has its reordered
     copy (a freed ``torch.cat`` result can stay in the heap, resident, as the panel path's did:
-    ``cpu_gemm.pack``; this oneDNN path's share of that was not measured)."""
+    ``gemm.pack``; this oneDNN path's share of that was not measured)."""
     if len(weights) == 1:
         return weights[0]
-    stacked = cpu_gemm.empty_in_huge_pages((sum(w.shape[0] for w in weights), weights[0].shape[1]),
-                                           weights[0].dtype)
+    stacked = gemm.empty_in_huge_pages((sum(w.shape[0] for w in weights), weights[0].shape[1]),
+                                       weights[0].dtype)
     return torch.cat(weights, out=stacked)
 
 
-class Linear:
+class PackedLinear:
     """``y = x @ weight.T + bias`` for one projection of the model, or for several that read the same
-    input (q/k/v, gate/up), kept side by side.
+    input (q/k/v, gate/up), kept side by side, as ``engine.llama.Linear`` computes it, from a packed copy.
 
     weights: one [out_features, in_features] tensor or a list of them (same in_features): the
-    transformers tensors themselves, never copied or changed. ``prepack=True`` also keeps one packed copy
-    of them all, stacked (one wide matmul instead of several narrow ones: the copy is made anyway, so
-    stacking costs no extra RAM): ``panels`` for the C matmul where it can run, else (and for bf16 as well)
-    ``packed`` for oneDNN (see the module docstring). ``batch_hint``: the M that oneDNN picks its layout
-    for (any M works; packed for M = 8, 30 layers' projections at 4-8 rows ran 15-19 % faster than with no
-    hint in a microbenchmark, though a whole decode step showed no difference beyond noise).
+    transformers tensors themselves, never copied or changed. One packed copy of them all is kept,
+    stacked (one wide matmul instead of several narrow ones: the copy is made anyway, so stacking costs no
+    extra RAM): ``panels`` for the C matmul where it can run, else (and for bf16 as well) ``packed`` for
+    oneDNN (see the module docstring); ``F.linear`` on the model's tensors where neither applies.
+    ``batch_hint``: the M that oneDNN picks its layout for (any M works; what the hint changed, measured:
+    docs/benchmarks.md).
     """
 
     __slots__ = ("weights", "biases", "sizes", "packed", "packed_bias", "panels")
 
-    def __init__(self, weights, biases=None, prepack: bool = False, batch_hint: int | None = None):
+    def __init__(self, weights, biases=None, batch_hint: int | None = BATCH_HINT):
         self.weights = [weights] if isinstance(weights, torch.Tensor) else list(weights)
         self.biases = list(biases) if isinstance(biases, (list, tuple)) else [biases] * len(self.weights)
         if len(self.biases) != len(self.weights):
             raise ValueError(f"biases: {len(self.biases)} entries for {len(self.weights)} weights")
         self.sizes = [w.shape[0] for w in self.weights]
         self.packed = self.packed_bias = self.panels = None
-        if prepack:
-            self._prepack(batch_hint)
-
-    def _prepack(self, batch_hint: int | None) -> None:
-        w0 = self.weights[0]
-        if not can_prepack(w0):
-            raise ValueError(f"prepack=True needs a CPU float32/bfloat16 weight and a torch built with "
-                             f"mkldnn; got a {w0.dtype} weight on {w0.device}")
+        check_packable(self.weights[0])
         if any(b is not None for b in self.biases):
             self.packed_bias = torch.cat([w.new_zeros(w.shape[0]) if b is None else b
                                           for w, b in zip(self.weights, self.biases)])
-        if all(cpu_gemm.why_unusable(w) is None for w in self.weights):
-            self.panels = cpu_gemm.pack(self.weights)  # each weight into its panels: no stacked copy
-        if self.panels is None or w0.dtype == torch.bfloat16:  # bf16 prefills: oneDNN's AMX path
+        if all(gemm.why_unusable(w) is None for w in self.weights):
+            self.panels = gemm.pack(self.weights)  # each weight into its panels: no stacked copy
+        if self.panels is None or self.weights[0].dtype == torch.bfloat16:  # bf16 prefills: oneDNN's AMX path
             self.packed = torch.ops.mkldnn._reorder_linear_weight(_stack(self.weights), batch_hint)
 
     @property
@@ -102,11 +104,11 @@ class Linear:
         return self.panels is not None or self.packed is not None
 
     def _packed_matmul(self, x: torch.Tensor) -> torch.Tensor | None:
-        """x @ the packed copy -> ``[..., out_features]``, or None where only ``F.linear`` applies (no
-        packed copy, or an fp32 prefill past the C matmul's rows, where MKL is as fast)."""
+        """x @ the packed copy -> ``[..., out_features]``, or None where only ``F.linear`` applies (an fp32
+        prefill past the C matmul's rows, where MKL is as fast and no oneDNN copy is kept)."""
         rows = x.shape[0] if x.dim() == 2 else -1
-        if self.panels is not None and 0 < rows <= cpu_gemm.MAX_ROWS[self.panels.dtype]:
-            return cpu_gemm.matmul(x, self.panels, self.packed_bias)
+        if self.panels is not None and 0 < rows <= gemm.MAX_ROWS[self.panels.dtype]:
+            return gemm.matmul(x, self.panels, self.packed_bias)
         if self.packed is None:
             return None
         pad = PACKED_MIN_ROWS - rows if 0 < rows < PACKED_MIN_ROWS else 0

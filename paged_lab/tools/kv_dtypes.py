@@ -1,4 +1,6 @@
-"""What an fp8 KV cache changes in a real model's output, measured: :func:`compare_kv_cache_dtypes`.
+"""What an fp8 KV cache changes in a real model's output, measured: :func:`compare_kv_cache_dtypes`
+(notebook 08 runs it; ``benchmarks/fp8_kv.py`` on more prompts). An experiment over the engine, so it lives
+with the instruments, not in the engine room.
 
 Two engines over one loaded model, alike in everything but ``kv_cache_dtype`` ("auto", the model's dtype,
 and "fp8"; ``engine.kv_cache``), generate greedily from the same prompts. Two measures per prompt:
@@ -24,9 +26,10 @@ from typing import Any
 
 import torch
 
+from paged_lab.engine.attention import AttentionMetadata, PagedAttention
+from paged_lab.engine.config import EngineConfig
 from paged_lab.engine.engine import LLM
 from paged_lab.engine.kv_cache import KVCache
-from paged_lab.engine.llama import AttentionMetadata, PagedAttention
 from paged_lab.engine.params import SamplingParams
 from paged_lab.kv_math import cdiv
 
@@ -116,12 +119,13 @@ def compare_kv_cache_dtypes(model: Any = "smollm2-135m", prompts=None, max_token
     model-dtype one and compare them (see the module docstring). ``model``: a name for
     ``models.load_model`` or a loaded transformers model (then pass ``tokenizer``); ``chat``: send each
     prompt inside the tokenizer's chat template, as notebook 07 does; ``cpu_prepack``: the engines' (``LLM``;
-    False: the model's own weights, no packed copy, 0.5 GB less RAM for SmolLM2). About 20 s for the
-    default set on a laptop CPU (SmolLM2-135M, fp32), shown by a progress bar (``progress=False``: none)."""
+    True: a packed copy of the weights, 0.5 GB more RAM for SmolLM2). It takes seconds
+    (docs/benchmarks.md, "fp8 KV cache"), shown by a progress bar (``progress=False``: none)."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    hf_model, tokenizer, name = _load(model, tokenizer, dtype, progress)
+    loading = EngineConfig(model=model, tokenizer=tokenizer, dtype=dtype)  # (the engines' own loader)
+    hf_model, tokenizer, name = loading.load_model(progress)
     prompts = tuple(DEFAULT_PROMPTS if prompts is None else prompts)
     if not prompts or any(not isinstance(p, str) or not p for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty strings")
@@ -201,14 +205,3 @@ def _max_abs_per_layer(kv: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
 def _chat(tokenizer, question: str) -> str:
     return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                          add_generation_prompt=True)
-
-
-def _load(model, tokenizer, dtype, progress: bool = False):
-    if isinstance(model, str):
-        from paged_lab.models import load_model
-
-        hf_model, tok, _ = load_model(model, dtype=dtype, progress=progress)
-        return hf_model, tokenizer or tok, model
-    if tokenizer is None:
-        raise ValueError("tokenizer is required when model is an already loaded transformers model")
-    return model, tokenizer, getattr(model.config, "_name_or_path", "") or type(model).__name__

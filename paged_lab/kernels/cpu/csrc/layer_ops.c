@@ -1,5 +1,5 @@
 /* The small element-wise steps of a decoder layer in C: RMSNorm, RoPE, SiLU(gate) * up.
- * paged_lab.kernels.cpu_layer_ops calls these; paged_lab.engine.llama runs torch ops where they cannot.
+ * paged_lab.kernels.cpu.layer_ops calls these; kernels.cpu.fast_path runs torch's where they cannot.
  *
  * Why: in a decode step each of these touches a few thousand numbers, and torch spends more time
  * dispatching than computing: F.rms_norm is about ten ops (18 us at 4 rows), RoPE eight (q and k), and

@@ -1,11 +1,12 @@
 """A decoder layer's element-wise steps in C for the CPU: RMSNorm, RoPE, SiLU(gate) * up.
 
 In a decode step these touch a few thousand numbers each, and torch spends more time dispatching its
-ops than computing them: F.rms_norm is about ten ops (18 us at 4 rows), RoPE eight, and in bf16 every
+ops than computing them: F.rms_norm is about ten ops, RoPE eight, and in bf16 every
 op converts to fp32 and back. ``csrc/layer_ops.c`` does each in one vectorized pass, in the same order
-of operations as the torch code (``engine.llama``) that stays the readable version and the fallback:
+of operations as the torch code (``engine.llama``) that stays the readable version and the fallback
+(``kernels.cpu.fast_path``):
 fp32 results differ from it only in a mean's summation order and the last bit of rsqrt and e^x, bf16 is
-rounded wherever the torch code rounds. Built on first use like :mod:`~paged_lab.kernels.cpu_paged`.
+rounded wherever the torch code rounds. Built on first use by :mod:`~paged_lab.kernels.cpu.build`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from paged_lab.kernels import cpu_paged
+from paged_lab.kernels.cpu.build import CLibrary
 
 SOURCE = Path(__file__).with_name("csrc") / "layer_ops.c"
 DTYPES = (torch.float32, torch.bfloat16)
@@ -30,7 +31,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         f.restype = None
 
 
-LIBRARY = cpu_paged.CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
+LIBRARY = CLibrary(SOURCE, _declare)  # built on first use, as the attention kernels
 _lib = LIBRARY.lib
 
 

@@ -1,0 +1,61 @@
+"""RoPE's settings from a transformers config: the inverse frequencies and the scale of cos/sin.
+
+The model (``engine.llama.PagedLlama``) turns them into its cos/sin tables; transformers reads the same
+settings under two spellings (``rope_parameters`` since transformers 5, ``rope_theta`` + ``rope_scaling``
+before), and scales them by one of several schemes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def rope_parameters(config: Any) -> dict:
+    """The RoPE settings of a transformers config: ``rope_parameters`` (transformers 5) or the older
+    ``rope_theta`` + ``rope_scaling`` pair, as one dict with at least ``rope_type`` and ``rope_theta``."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    legacy = getattr(config, "rope_scaling", None) or {}
+    for key, value in dict(legacy).items():
+        params.setdefault(key, value)
+    if "type" in params and "rope_type" not in params:
+        params["rope_type"] = params["type"]
+    params.setdefault("rope_type", "default")
+    params.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    return params
+
+
+def rope_inv_freq(config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [head_dim // 2] and the cos/sin scale, as transformers computes them."""
+    params = rope_parameters(config)
+    kind = params["rope_type"]
+    base = float(params["rope_theta"])
+    dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if kind == "default":
+        return inv_freq, 1.0
+    if kind == "linear":
+        return inv_freq / params["factor"], 1.0
+    if kind == "llama3":
+        # Llama 3.1+: long wavelengths (low frequencies) are stretched by `factor`, short ones kept,
+        # the band in between interpolated smoothly.
+        factor = params["factor"]
+        low, high = params["low_freq_factor"], params["high_freq_factor"]
+        old_len = params["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old_len / low, old_len / high
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+        return torch.where(is_medium, smoothed, scaled), 1.0
+    # Other schemes (yarn, longrope, ...): use transformers' own initialiser rather than a second copy.
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if kind not in ROPE_INIT_FUNCTIONS:
+        raise ValueError(f"rope_type={kind!r} is not supported; known: default, linear, llama3, "
+                         f"{', '.join(ROPE_INIT_FUNCTIONS)}")
+    inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](config, None)
+    return inv_freq.float().cpu(), float(scale)
