@@ -32,7 +32,7 @@ NOTEBOOKS = ROOT / "notebooks"
 # Binder gives a session 2 GB; decimal on purpose (the stricter reading of "2 GB").
 MEMORY_LIMIT_BYTES = 2 * 1000**3
 DEFAULT_SECONDS = 60.0
-SECONDS_BY_NUMBER = {6: 90.0, 7: 180.0, 8: 90.0, 10: 90.0}
+SECONDS_BY_NUMBER = {6: 90.0, 7: 180.0, 8: 90.0, 9: 90.0, 10: 90.0}
 
 COLD = " (first run: empty cache)"  # the table row of a notebook measured with --cold
 TABLE_START = "<!-- budget-table:start -->"
@@ -52,7 +52,7 @@ def notebook_number(path: Path | str) -> int:
 
 
 def time_limit(path: Path | str) -> float:
-    """Seconds a notebook may take on CPU: 60 s for 00-05, 90 s for 06, 08 and 10, 180 s for 07."""
+    """Seconds a notebook may take on CPU: 60 s for 00-05, 90 s for 06, 08, 09 and 10, 180 s for 07."""
     return SECONDS_BY_NUMBER.get(notebook_number(path), DEFAULT_SECONDS)
 
 

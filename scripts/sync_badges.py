@@ -194,7 +194,7 @@ EXERCISES_NOTE = (
 
 # Suggested paths through the series: (name, notebook numbers, who it is for).
 PATHS = (
-    ("The whole series", "01 02 03 04 05 06 07 08 10",
+    ("The whole series", "01 02 03 04 05 06 07 08 09 10",
      "you want the full story, from one token's bytes to a paged engine"),
     ("Just the memory ideas", "01 02 03 04 05",
      "you care how the KV cache is sized, paged, shared and scheduled, not kernels"),
@@ -206,7 +206,7 @@ PATHS = (
 # What each notebook builds on (the notebooks it uses the vocabulary of).
 NEEDS = {"01": "what attention is", "02": "01", "03": "02", "04": "03", "05": "02 (03 helps)",
          "06": "01 and 03", "07": "01–05 (06 helps)",
-         "08": "01 and 03 (07 for section 2)", "10": "03 and 07"}
+         "08": "01 and 03 (07 for section 2)", "09": "07 and 08", "10": "03 and 07"}
 
 
 def paths_markdown(entries: list[Entry]) -> str:

@@ -18,7 +18,8 @@ DEFAULTS = {"model": "smollm2-135m", "tokenizer": None, "dtype": "float32", "blo
             "parallel_sampling": "prefix", "cpu_prepack": None, "enforce_eager": True, "compile_sizes": None,
             "compile_progress": True,
             "kv_offloading_size": None,  # (issue 39: a second KV tier, off by default)
-            "speculative_config": None}  # (issue 40: no drafts by default)
+            "speculative_config": None,  # (issue 40: no drafts by default)
+            "tensor_parallel_size": 1}  # (issue 39: one rank)
 
 
 def test_llm_shows_every_argument_with_its_old_default():
@@ -38,6 +39,11 @@ def test_llm_shows_every_argument_with_its_old_default():
     ({"block_size": 0}, r"block_size must be an integer >= 1, got 0"),
     ({"cpu_prepack": "auto"}, r"cpu_prepack must be True, False or None, got 'auto'"),
     ({"kv_offloading_size": 0}, r"kv_offloading_size must be a number of GiB > 0, got 0"),
+    ({"tensor_parallel_size": 0}, r"tensor_parallel_size must be an integer >= 1, got 0"),
+    ({"tensor_parallel_size": 2, "enforce_eager": False}, r"tensor_parallel_size > 1 runs eagerly"),
+    ({"tensor_parallel_size": 3, "kv_offloading_size": 1}, r"tensor_parallel_size > 1 runs without"),
+    ({"tensor_parallel_size": 3, "speculative_config": {"method": "ngram", "num_speculative_tokens": 2}},
+     r"tensor_parallel_size > 1 runs without speculative_config"),
 ])
 def test_a_bad_argument_raises_before_any_model_is_looked_for(kw, match):
     """"no-such-model" is never looked up: the argument's own error comes first, naming it and the limit

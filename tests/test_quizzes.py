@@ -86,6 +86,8 @@ FACTS = {
                        batch=4, static_slots=384, useful=195),
     "08": lambda: dict(model="deepseek-v3", tokens=1000, block_size=16, sliding_window=128, prompts=8,
                        parted=2),
+    "09": lambda: dict(model="llama-3.1-70b", tp=16, handoff_model="llama-3.1-8b", prompt_len=1000,
+                       block_size=16),
     "10": lambda: dict(block_size=16, num_tokens=61, num_drafts=5, num_blocks_held=4, drafts=[11, 42, 7, 42],
                        target=[11, 42, 9, 42, 5], predicted_ratio=1.02),
 }

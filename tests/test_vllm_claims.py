@@ -40,6 +40,7 @@ ALLOWED = {
     ("07_paged_engine_real_model", "07-quiz-title"): "only says V0/V1 questions are labelled; the "
                                                      "questions are rows",
     ("08_kv_memory_today", "08-quiz-title"): "only says V1 questions are labelled; the questions are rows",
+    ("09_kv_beyond_one_gpu", "09-quiz-title"): "only says V1 questions are labelled; the questions are rows",
     ("10_speculative_decoding", "10-quiz-title"): "only says V1 questions are labelled; the questions are "
                                                   "rows",
 }

@@ -212,6 +212,26 @@ TERMS: tuple[Term, ...] = (
          "vLLM's block 0, never handed out: a block table holds it where a block was freed (a "
          "sliding-window layer's old blocks), so later positions stay put; `NULL_BLOCK` in paged_lab.", False,
          ("NULL_BLOCK",)),
+    # --- beyond one GPU (notebook 09): the story's halls ---
+    Term("tensor parallelism", "one traveller's luggage split over several halls",
+         "一位旅客的行李分放在幾個廳",
+         "A model split over `tensor_parallel_size` GPUs: each computes its share of the attention heads "
+         "and MLP columns and keeps only its heads' K and V; one scheduler and one block table serve them "
+         "all (vLLM `ColumnParallelLinear`, `RowParallelLinear`).", False,
+         ("TP", "tensor_parallel_size", "tensor-parallel")),
+    Term("all-reduce", "the halls adding up their shares", "各廳把自己那份加總起來",
+         "A collective that sums a tensor over every rank and gives each the sum: after a row-parallel "
+         "projection, it turns N partial results into the full hidden state (twice per layer).", False,
+         ("all-reduces", "allreduce")),
+    Term("decode context parallelism", "a traveller's luggage split by arrival time", "依到站先後分放行李",
+         "vLLM's `decode_context_parallel_size`: the GPUs of a TP group split each request's tokens (a "
+         "block covers block_size × dcp tokens), so an MLA latent held whole by every GPU is shared out.",
+         False, ("dcp", "decode_context_parallel_size")),
+    Term("disaggregated serving", "packing at one station, travelling on from another",
+         "一站打包、另一站續行",
+         "Prefill on one worker, decode on another: the prompt's KV blocks are sent between them (vLLM's KV "
+         "connectors, `NixlConnector`), and the decode side computes only what did not travel.", False,
+         ("disaggregated prefill", "prefill/decode disaggregation", "KV handoff")),
     # --- speculative decoding (notebook 10): pencilled guesses, our words in the story's style ---
     Term("speculative decoding", "pencilling in the next words and checking them all in one round",
          "先用鉛筆寫下後面幾個字，一輪一起核對",

@@ -20,6 +20,7 @@ from typing import Any
 
 from paged_lab import kernels
 from paged_lab._checks import check_int, check_positive
+from paged_lab.engine import dist
 from paged_lab.engine.kv_cache import resolve_kv_cache_dtype
 from paged_lab.engine.parallel_sampling import PARALLEL_SAMPLING
 from paged_lab.engine.spec_decode.config import SpeculativeConfig
@@ -85,6 +86,12 @@ class EngineConfig:
         "prompt_lookup_max": M, "prompt_lookup_min": m}`` (``engine.spec_decode``): each step drafts up to
         k tokens from the request's own n-grams and verifies them in the same forward; greedy outputs are
         unchanged. Needs parallel_sampling="prefix" and a full-attention model.
+    tensor_parallel_size: split the model over that many ranks (``engine.dist``, notebook 09): each rank
+        computes its share of the attention heads and MLP columns and keeps only its KV heads, in blocks
+        with the same ids; this process is rank 0 (the one Scheduler and block table), the others are
+        worker processes over a gloo process group. It must divide the query heads, and divide or be a
+        multiple of the KV heads; eager only, parallel_sampling="prefix". ``kv_cache_memory`` is one
+        rank's (vLLM sizes each GPU's pool the same way).
     """
 
     model: Any = "smollm2-135m"
@@ -108,6 +115,7 @@ class EngineConfig:
     compile_progress: bool = True
     kv_offloading_size: float | None = None
     speculative_config: dict | None = None
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         """The checks that need no model; a bad argument raises here, before any model is looked for."""
@@ -138,6 +146,12 @@ class EngineConfig:
             raise ValueError(f"speculative_config needs parallel_sampling='prefix' (vLLM V1's), got "
                              f"{self.parallel_sampling!r}")
         object.__setattr__(self, "speculative_config", spec)
+        object.__setattr__(self, "tensor_parallel_size", dist.check_args(
+            self.tensor_parallel_size, self.enforce_eager, self.parallel_sampling))
+        if self.tensor_parallel_size > 1 and (spec or self.kv_offloading_size) is not None:
+            raise ValueError("tensor_parallel_size > 1 runs without speculative_config and "
+                             "kv_offloading_size here (the ranks do not verify drafts or copy a tier); "
+                             "leave them None")
 
     def _check_flags(self) -> None:
         """The on/off arguments must be True or False (``enable_prefix_caching='no'`` is truthy: it would

@@ -34,7 +34,7 @@ import torch
 
 from paged_lab import _interrupts as interrupts
 from paged_lab import kernels
-from paged_lab.engine import inputs
+from paged_lab.engine import dist, inputs
 from paged_lab.engine.attention import PagedAttention
 from paged_lab.engine.batch import Batch, prepare_batch
 from paged_lab.engine.concurrency import OneCaller
@@ -73,10 +73,14 @@ class LLM:
         self.spec = ModelSpec.from_hf_config(hf_model.config, name=self.model_name)
         self.layer_groups = groups = LayerGroups.of(self.spec)  # one group, unless some layers have a window
         cfg.check_model(self.device, self.dtype, self.cache_dtype, groups.hybrid)
-        ops = fast_path.install(TORCH_OPS, hf_model, bool(cfg.cpu_prepack))  # the one choice of path
+        prepack = bool(cfg.cpu_prepack) and cfg.tensor_parallel_size == 1  # (TP: each rank its own slices)
+        ops = fast_path.install(TORCH_OPS, hf_model, prepack)  # the one choice of path
         self.runner = PagedLlama.from_hf(hf_model, ops)
         self.max_model_len = cfg.model_len(self.runner.max_model_len)
         self._build_pool(cfg)
+        if cfg.tensor_parallel_size > 1:  # rank 0 (here) schedules; workers hold the other heads
+            self.runner = dist.start_tensor_parallel(self.runner, cfg.tensor_parallel_size, self.kv,
+                                                     self.cache_dtype, cfg.attention_backend, groups.hybrid)
         self.attention_backend = cfg.attention_backend
         self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
@@ -102,10 +106,11 @@ class LLM:
     def _build_pool(self, cfg: EngineConfig) -> None:
         """The KV pool (its tensors, its BlockManager) and the Scheduler over it."""
         groups, self.block_size = self.layer_groups, cfg.block_size
-        self.num_blocks = resolve_num_blocks(self.spec, cfg.block_size, self.cache_dtype, cfg.num_kv_blocks,
+        rank_spec = dist.rank_spec(self.spec, cfg.tensor_parallel_size)  # one rank's KV heads
+        self.num_blocks = resolve_num_blocks(rank_spec, cfg.block_size, self.cache_dtype, cfg.num_kv_blocks,
                                              cfg.kv_cache_memory,  # fp8: 1 byte a number
                                              groups.layers_per_block if groups.hybrid else None)
-        self.kv = KVCache(self.spec, self.num_blocks, cfg.block_size, self.cache_dtype, self.device,
+        self.kv = KVCache(rank_spec, self.num_blocks, cfg.block_size, self.cache_dtype, self.device,
                           size_arg="num_kv_blocks" if cfg.num_kv_blocks is not None else "kv_cache_memory",
                           layer_tensor=groups.layer_tensor)  # the i-th layers of all groups share tensor i
         self.enable_prefix_caching = cfg.enable_prefix_caching

@@ -52,6 +52,10 @@ WRONG = {
            "    return starts"),
     "08": ("cache_bytes_per_token", "def cache_bytes_per_token(spec, dtype):\n"  # forgets MLA's latent
            "    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * kv_math.dtype_bytes(dtype)"),
+    "09": ("kv_bytes_per_token_per_gpu",
+           "def kv_bytes_per_token_per_gpu(spec, dtype, tensor_parallel_size):\n"
+           "    heads = spec.num_kv_heads // tensor_parallel_size\n"  # splits past one head, forgets MLA
+           "    return 2 * spec.num_layers * heads * spec.head_dim * kv_math.dtype_bytes(dtype)"),
     "10": ("accepted_prefix", "def accepted_prefix(draft_token_ids, target_token_ids):\n"  # every agreement
            "    return sum(d == t for d, t in zip(draft_token_ids, target_token_ids))"),
 }

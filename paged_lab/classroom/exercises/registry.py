@@ -11,10 +11,11 @@ import paged_lab.classroom.exercises.nb05 as nb05
 import paged_lab.classroom.exercises.nb06 as nb06
 import paged_lab.classroom.exercises.nb07 as nb07
 import paged_lab.classroom.exercises.nb08 as nb08
+import paged_lab.classroom.exercises.nb09 as nb09
 import paged_lab.classroom.exercises.nb10 as nb10
 from paged_lab.classroom.exercises.exercise import Exercise
 
-NOTEBOOKS = (nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb10)
+NOTEBOOKS = (nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10)
 
 
 def _by_name(notebooks) -> dict[str, Exercise]:
