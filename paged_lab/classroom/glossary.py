@@ -232,6 +232,15 @@ TERMS: tuple[Term, ...] = (
          "Prefill on one worker, decode on another: the prompt's KV blocks are sent between them (vLLM's KV "
          "connectors, `NixlConnector`), and the decode side computes only what did not travel.", False,
          ("disaggregated prefill", "prefill/decode disaggregation", "KV handoff")),
+    Term("KV offloading", "a second shelf in the back room", "後面房間的第二排架子",
+         "vLLM V1's CPU tier (`kv_offloading_size`, GiB): prompt blocks are copied there as they are "
+         "computed, and a returning request loads the blocks the GPU pool lost instead of computing them "
+         "again; least recently used blocks leave first (vLLM `OffloadingConnector`).", False,
+         ("CPU tier", "kv_offloading_size", "offloading connector", "second tier")),
+    Term("external prefix cache hit", "luggage fetched from the back room", "從後面房間拿回來的行李",
+         "Tokens of a request found in a KV connector's store (here the CPU tier) rather than in the GPU "
+         "pool: vLLM's `external_prefix_cache_hits`, beside `external_prefix_cache_queries`.", False,
+         ("external prefix cache hits", "external_prefix_cache_hits")),
     # --- speculative decoding (notebook 10): pencilled guesses, our words in the story's style ---
     Term("speculative decoding", "pencilling in the next words and checking them all in one round",
          "先用鉛筆寫下後面幾個字，一輪一起核對",
