@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from tiny_models import tiny_llama_and_tokenizer
 
 from paged_lab.engine import LLM, SamplingParams
 from paged_lab.memory.offload.worker import PAGE, tier_num_blocks
@@ -18,22 +19,9 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
 
 def tiny_model():
-    """A 2-layer random Llama (head_dim 16, 2 KV heads, vocabulary 1,024, seed 0) and a tokenizer that
-    decodes to "": one block of 4 tokens is 2 x 2 x 4 x 2 x 16 x 4 = 2 KiB of K/V (one 4 KiB tier page)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
-
-    class Tok:
-        eos_token_id = None
-
-        def decode(self, ids, skip_special_tokens=True):
-            return ""
-
-    return LlamaForCausalLM(cfg).eval(), Tok()
+    """tiny_models' 2-layer random Llama and its tokenizer: one block of 4 tokens is 2 x 2 x 4 x 2 x 16 x 4
+    = 2 KiB of K/V (one 4 KiB tier page)."""
+    return tiny_llama_and_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,11 @@ def head_dim_64_llama():
     return LlamaForCausalLM(cfg).eval()
 
 
-def tiny_torch_engine():
-    """An LLM over a 2-layer random Llama (head_dim 16, vocabulary 1,024, seed 0) with a tokenizer that
-    decodes to "": 64 blocks of 4 tokens, the torch backend, no prefix caching (the step-time tests)."""
+def tiny_llama_and_tokenizer():
+    """A 2-layer random Llama (head_dim 16, 2 KV heads, vocabulary 1,024, seed 0) and a tokenizer that
+    decodes to "" (the engine needs only ``decode`` and ``eos_token_id`` of it)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from paged_lab.engine import LLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -34,5 +32,14 @@ def tiny_torch_engine():
         def decode(self, ids, skip_special_tokens=True):
             return ""
 
-    return LLM(LlamaForCausalLM(cfg).eval(), tokenizer=Tok(), block_size=4, num_kv_blocks=64,
-               attention_backend="torch", enable_prefix_caching=False)
+    return LlamaForCausalLM(cfg).eval(), Tok()
+
+
+def tiny_torch_engine():
+    """An LLM over :func:`tiny_llama_and_tokenizer`'s model: 64 blocks of 4 tokens, the torch backend, no
+    prefix caching (the step-time tests)."""
+    from paged_lab.engine import LLM
+
+    model, tok = tiny_llama_and_tokenizer()
+    return LLM(model, tokenizer=tok, block_size=4, num_kv_blocks=64, attention_backend="torch",
+               enable_prefix_caching=False)
