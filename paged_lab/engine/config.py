@@ -148,7 +148,8 @@ class EngineConfig:
         object.__setattr__(self, "speculative_config", spec)
         object.__setattr__(self, "tensor_parallel_size", dist.check_args(
             self.tensor_parallel_size, self.enforce_eager, self.parallel_sampling))
-        if self.tensor_parallel_size > 1 and (spec or self.kv_offloading_size) is not None:
+        untested = spec is not None or self.kv_offloading_size is not None  # with TP: not combined here
+        if self.tensor_parallel_size > 1 and untested:
             raise ValueError("tensor_parallel_size > 1 runs without speculative_config and "
                              "kv_offloading_size here (the ranks do not verify drafts or copy a tier); "
                              "leave them None")
