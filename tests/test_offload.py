@@ -147,8 +147,9 @@ def test_simulate_runs_the_same_tier_without_a_model():
 def test_a_connector_needs_vllm_v1s_scheduler_settings():
     from paged_lab.memory import BlockManager
     from paged_lab.memory.offload import CPUOffloadingManager, OffloadingConnector
-    from paged_lab.sched import Scheduler
+    from paged_lab.sched import TieredScheduler
 
     for bad in ({"preemption": "swap"}, {"allocation": "whole_prompt"}, {"mode": "static"}):
         with pytest.raises(ValueError, match="connector"):
-            Scheduler(BlockManager(8, 4), 2, connector=OffloadingConnector(CPUOffloadingManager(4), 4), **bad)
+            TieredScheduler(BlockManager(8, 4), 2, connector=OffloadingConnector(CPUOffloadingManager(4), 4),
+                            **bad)

@@ -20,7 +20,7 @@ from scriptkit import load_script
 
 from paged_lab.memory import BlockManager
 from paged_lab.memory.offload import CPUOffloadingManager, OffloadingConnector
-from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sched import Sequence, TieredScheduler
 
 TRACES_PATH = Path(__file__).parent / "data" / "vllm_offload_traces.json"
 TRACES = json.loads(TRACES_PATH.read_text())
@@ -38,8 +38,8 @@ def replay(scenario: dict) -> tuple[int, int]:
     cfg = scenario["config"]
     bm = BlockManager(cfg["num_blocks"] - 1, cfg["block_size"], enable_prefix_caching=True)
     connector = OffloadingConnector(CPUOffloadingManager(cfg["tier_blocks"]), cfg["block_size"])
-    sched = Scheduler(bm, max_num_seqs=cfg["max_num_seqs"],
-                      max_num_batched_tokens=cfg["max_num_batched_tokens"], connector=connector)
+    sched = TieredScheduler(bm, max_num_seqs=cfg["max_num_seqs"],
+                            max_num_batched_tokens=cfg["max_num_batched_tokens"], connector=connector)
     requests = {r["id"]: r for r in scenario["requests"]}
     seqs: dict[str, Sequence] = {}
     for want in scenario["steps"]:

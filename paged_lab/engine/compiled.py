@@ -102,7 +102,7 @@ class DecodeGraph(nn.Module):
         self.dims = runner.dims
 
     def forward(self, input_ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """input_ids: int64 [M]; cos, sin: [M, 1, hd] (sin pre-signed, see PagedLlama._extend_rope)
+        """input_ids: int64 [M]; cos, sin: [M, 1, hd] (sin pre-signed, see engine.rope.RopeTables)
         -> fp32 logits [M, vocab]."""
         x = self.embed[input_ids]  # [M, hidden]
         for i, w in enumerate(self.layers):
@@ -127,6 +127,13 @@ class CompiledDecoder:
         self.graph = DecodeGraph(runner).eval()
         self.fn = torch.compile(self.graph, dynamic=False)
         self.num_calls = dict.fromkeys(self.capture_sizes, 0)  # decode steps run per size (warm-up excluded)
+
+    @classmethod
+    def warmed(cls, runner: Any, capture_sizes, kv_caches: list, progress: bool) -> CompiledDecoder:
+        """The decode graphs of ``capture_sizes`` (None: ``DEFAULT_CAPTURE_SIZES``), each compiled now."""
+        compiled = cls(runner, DEFAULT_CAPTURE_SIZES if capture_sizes is None else capture_sizes)
+        compiled.warm_up(kv_caches, progress=progress)
+        return compiled
 
     def bucket(self, n: int) -> int | None:
         """The captured size a batch of n decode tokens is padded to; None when larger than all."""

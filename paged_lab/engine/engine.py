@@ -15,12 +15,9 @@ One engine step (``LLM.step``), in the phases of nano-vllm's model runner:
   3. ``postprocess``: sample, ``Scheduler.update()`` appends the tokens and finishes sequences (EOS,
      max_tokens); "fork" mode forks n > 1 children; the engine adds stop strings and extra EOS ids.
 
-Around the step, in their own modules: ``engine.config`` holds and checks the engine's arguments,
-``engine.inputs`` checks what ``generate()`` is given, ``engine.batch`` lays out a step's input,
-``engine.parallel_sampling`` makes the n completions of a request (``engine.request`` holds them),
-``engine.outputs`` finds stop strings and makes the outputs, ``engine.metrics`` times the steps and
-computes ``stats()``; ``paged_lab._interrupts`` holds a Ctrl-C until a step ends and aborts a call that
-an exception escapes.
+Around the step, each in a module of its own (docs/architecture.md): the arguments (``engine.config``),
+the checks of generate()'s input, the requests, the outputs, the metrics; ``paged_lab._interrupts`` holds
+a Ctrl-C until a step ends.
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from paged_lab import kernels
 from paged_lab.engine import dist, inputs
 from paged_lab.engine.attention import PagedAttention
 from paged_lab.engine.batch import Batch, prepare_batch
+from paged_lab.engine.compiled import CompiledDecoder
 from paged_lab.engine.concurrency import OneCaller
 from paged_lab.engine.config import EngineConfig, engine_config, eos_token_ids, llm_signature
 from paged_lab.engine.kv_cache import KVCache, resolve_kv_cache_dtype, resolve_num_blocks
@@ -52,7 +50,7 @@ from paged_lab.engine.spec_decode import SpecDecode
 from paged_lab.kernels.cpu import fast_path
 from paged_lab.kv_math import ModelSpec, canonical_dtype
 from paged_lab.memory.offload.worker import OffloadTier
-from paged_lab.sched import Scheduler, Sequence
+from paged_lab.sched import Scheduler, Sequence, TieredScheduler
 
 
 class LLM:
@@ -81,8 +79,7 @@ class LLM:
         if cfg.tensor_parallel_size > 1:  # rank 0 (here) schedules; workers hold the other heads
             self.runner = dist.start_tensor_parallel(self.runner, cfg.tensor_parallel_size, self.kv,
                                                      self.cache_dtype, cfg.attention_backend, groups.hybrid)
-        self.attention_backend = cfg.attention_backend
-        self.kernel_stats = kernels.KernelStats()  # which attention backend ran, and any fallbacks
+        self.attention_backend, self.kernel_stats = cfg.attention_backend, kernels.KernelStats()  # (what ran)
         # The attention backend is chosen once, here, for this cache (one that cannot run here raises now)
         self.attention = PagedAttention(cfg.attention_backend, stats=self.kernel_stats,
                                         like=self.kv.layers[0], num_heads=self.runner.num_heads,
@@ -97,9 +94,8 @@ class LLM:
         spec = cfg.speculative_config  # engine/spec_decode: n-gram drafts, verified in the forward
         self.spec_decode = None if spec is None else SpecDecode(spec, self.max_model_len, self.block_manager,
                                                                 self.eos_token_ids, self.outputs.decode)
-        self.compiled = None  # engine.compiled.CompiledDecoder when enforce_eager=False
-        if not cfg.enforce_eager:
-            self.compiled = self._compile(cfg.compile_sizes, progress=cfg.compile_progress)
+        self.compiled = None if cfg.enforce_eager else CompiledDecoder.warmed(  # the decode graphs
+            self.runner, cfg.compile_sizes, self.kv.layers, cfg.compile_progress)
         self.metrics = EngineMetrics(self.scheduler, self.block_manager, self.layer_groups)  # times, timeline
         self._caller = OneCaller()  # generate() from two threads at once: the second raises
 
@@ -119,23 +115,15 @@ class LLM:
         # a second tier in CPU memory (memory/offload/): its connector is the Scheduler's, its copies a step's
         size = cfg.kv_offloading_size
         self.offload = None if size is None else OffloadTier(self.kv, size)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs=cfg.max_num_seqs, mode="continuous",
-                                   preemption="recompute", max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                   connector=self.offload and self.offload.connector)
+        sched = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens)
+        self.scheduler = (Scheduler(self.block_manager, **sched) if self.offload is None  # (V1's modes)
+                          else TieredScheduler(self.block_manager, connector=self.offload.connector, **sched))
 
     @property
     def timeline(self) -> list[dict]:
         """One row per step, the latest ``EngineMetrics.TIMELINE_ROWS`` (1,024) steps: batch composition, KV
         usage, seconds (``EngineMetrics.record_step``); ``row["step"]`` says which step it is."""
         return list(self.metrics.timeline)
-
-    def _compile(self, sizes, progress: bool):
-        """The compiled decode graphs (enforce_eager=False), warmed up: each size compiles now, once."""
-        from paged_lab.engine.compiled import DEFAULT_CAPTURE_SIZES, CompiledDecoder
-
-        compiled = CompiledDecoder(self.runner, DEFAULT_CAPTURE_SIZES if sizes is None else sizes)
-        compiled.warm_up(self.kv.layers, progress=progress)
-        return compiled
 
     # ------------------------------------------------------------------------------------ generate
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
@@ -144,28 +132,23 @@ class LLM:
 
         prompts: a string, ``{"prompt_token_ids": [...]}``, or a list of them.
         sampling_params: one SamplingParams for all prompts, or a list with one per prompt.
-        use_tqdm: show a progress bar counting output tokens (a request that stops early counts as done
-            at once), or, as in vLLM, a callable that makes it (``functools.partial(tqdm, leave=False)``).
+        use_tqdm: a progress bar counting output tokens, or (as in vLLM) a callable that makes it
+            (``functools.partial(tqdm, leave=False)``).
         arrival_steps: None (every request arrives now) or one integer >= 0 per prompt: prompt i joins
-            the scheduler when ``arrival_steps[i]`` engine steps of this call have run (0: at once), as
-            requests reach a server over time (``workloads.poisson_arrivals`` makes seeded ones). Each
-            output's ``metrics`` records its arrival, first scheduled step, first token and finish.
+            the scheduler once ``arrival_steps[i]`` steps of this call have run, as requests reach a server
+            over time (``workloads.poisson_arrivals``). Each output's ``metrics`` records its arrival, first
+            scheduled step, first token and finish.
 
-        Every request is validated before any work starts (``engine.inputs``): an empty prompt, a prompt
-        as long as the model context or longer than the whole KV pool, a prompt + max_tokens that can
-        never fit in the pool, or a bad SamplingParams field (max_tokens < 1, temperature < 0 or not
-        finite, top_p outside (0, 1], n < 1, a seed that is not an integer in [0, 2**64 - n], ...) raises
-        ValueError naming the prompt index and the field, and nothing runs.
+        Every request is checked before any work starts (``engine.inputs``: a prompt that can never fit,
+        max_tokens < 1, temperature < 0, ...): ValueError names the prompt index and the field; nothing runs.
 
         Interrupted (Ctrl-C, or an exception inside a step): a Ctrl-C lets the step in progress finish
-        (``paged_lab._interrupts``) and stops the call there. Every unfinished request of the call is
-        aborted -- its tokens dropped, nothing is resumed later -- the scheduler and the KV pool are
-        emptied (every block free, the prefix cache dropped), a RuntimeWarning says how many requests
-        were lost, and the exception is raised again. The engine is then as usable as a new one: run the
-        prompts again with a new call.
+        (``paged_lab._interrupts``). Every unfinished request of the call is aborted (not resumed later),
+        the scheduler and the KV pool are emptied (the prefix cache too), a RuntimeWarning says how many
+        requests were lost, and the exception is raised again: the engine is as usable as a new one.
 
         Not thread-safe, as vLLM's ``LLM`` is not: a second generate() on the same engine while one runs
-        (another thread) raises RuntimeError at once, changing nothing; give each thread its own LLM.
+        raises RuntimeError at once, changing nothing; give each thread its own LLM.
         """
         with self._caller.call("generate()"), interrupts.held():  # one call at a time; Ctrl-C at step ends
             prepared = self.inputs.process(prompts, sampling_params)
@@ -234,12 +217,8 @@ class LLM:
     def prepare_batch(self, out) -> Batch:
         """The flat batch of one step (``engine.batch``): query tokens, their positions and slots, and per
         sequence its block table and context length (layer groups: per group); decodes first."""
-        for s in out.scheduled:
-            req = self.requests[s.seq.seq_id]
-            if s.is_prefill and req.num_cached_tokens is None and s.seq is req.seqs[0]:
-                req.num_cached_tokens = self.block_manager.num_cached_tokens(s.seq.seq_id)  # what it skipped
-                if self.offload:  # (and what the tier gave it: vLLM's PrefillStats adds both)
-                    req.num_cached_tokens += self.offload.connector.num_external_tokens(s.seq.seq_id)
+        tier = self.offload and self.offload.connector  # (a prefill's tokens loaded from it count as cached)
+        self.requests.note_cached_tokens(out.scheduled, self.block_manager, tier)
         return prepare_batch(out.scheduled, self.block_manager, self.layer_groups, self.device)
 
     def run_model(self, batch: Batch) -> torch.Tensor | None:
@@ -284,30 +263,26 @@ class LLM:
         return sample(logits, [r.params for r in reqs], [r.generators[s.seq_id] for r, s in zip(reqs, seqs)])
 
     def latency(self) -> dict[str, float]:
-        """TTFT, ITL and end-to-end latency of the finished requests, p50 / p90 / p99, in seconds
-        (``ttft_s_p90`` ...) and in steps (``ttft_steps_p90`` ...): the latest
-        ``EngineMetrics.REQUESTS_KEPT`` (1,024) of them, so that a long-lived engine neither grows nor slows
-        down. ITL counts every gap between consecutive tokens of one completion."""
+        """TTFT, ITL (every gap between two tokens of a completion) and end-to-end latency, p50 / p90 / p99,
+        in seconds (``ttft_s_p90`` ...) and steps (``ttft_steps_p90`` ...), of the latest 1,024 finished
+        requests (``EngineMetrics.REQUESTS_KEPT``: a long-lived engine neither grows nor slows down)."""
         return self.metrics.latency()
 
     def stats(self) -> dict:
-        """KV usage, prefix-cache queries/hits (tokens), preemptions, steps, the attention backends that
-        ran (calls per backend; failures "auto" fell back from), latency percentiles (``latency()``:
-        ``ttft_s_p90``, ``itl_steps_p50``, ...) and the event log."""
+        """KV usage, prefix-cache queries/hits (tokens), preemptions, steps, the attention backends that ran
+        (calls per backend; failures "auto" fell back from), ``latency()``'s percentiles and the event log."""
         return engine_stats(self)
 
     def reset_prefix_cache(self) -> int:
-        """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are
-        computed from scratch. Blocks held by running sequences stay theirs. Returns how many blocks
-        were cached."""
+        """Forget every cached prompt block (vLLM's ``LLM.reset_prefix_cache``): later prompts are computed
+        from scratch; blocks held by running sequences stay theirs. Returns how many blocks were cached."""
         with self._caller.call("reset_prefix_cache()"), interrupts.atomic():
             return self.block_manager.reset_prefix_cache()
 
     def _abort(self, err: BaseException, requests: list[EngineRequest | None]) -> None:
         """After an exception escaped a generate() call (``interrupts.on_error``): empty the scheduler and
-        the pool (``Scheduler.abort_all``: an exception from inside a step may have cut a change half-way,
-        and the prefix cache may hold blocks whose KV was never written), abort every unfinished request
-        of the call, record the finished ones, and warn about what was lost."""
+        the pool (``Scheduler.abort_all``: a step may have been cut half-way, its blocks' KV never written),
+        abort every unfinished request of the call, record the finished ones, warn about what was lost."""
         self.scheduler.abort_all()
         finished, aborted = self.requests.abort(requests)
         self.metrics.retire(finished, aborted=len(aborted))

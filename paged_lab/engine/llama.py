@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from paged_lab.engine.attention import AttentionMetadata, PagedAttention
-from paged_lab.engine.rope import rope_inv_freq
+from paged_lab.engine.rope import RopeTables
 
 # --- the ops, in plain torch ---------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
          sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """RoPE: x * cos + rotate_half(x) * sin, for q ``[num_tokens, num_heads, head_dim]`` and k; ``sin`` is
-    pre-signed, so rotate_half is a roll (see ``PagedLlama._extend_rope``)."""
+    pre-signed, so rotate_half is a roll (see ``engine.rope.RopeTables``)."""
     hd = q.shape[-1]
     return q * cos + q.roll(hd // 2, -1) * sin, k * cos + k.roll(hd // 2, -1) * sin
 
@@ -120,7 +120,7 @@ def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torc
     RoPE -> attention -> o -> residual, RMSNorm -> SwiGLU MLP -> residual. The eager forward and the
     compiled decode graph (``engine.compiled``) both run this function.
 
-    cos, sin: ``[num_tokens, 1, head_dim]`` (sin pre-signed, see ``PagedLlama._extend_rope``);
+    cos, sin: ``[num_tokens, 1, head_dim]`` (sin pre-signed, see ``engine.rope.RopeTables``);
     ``attend(q, k, v)`` stores the new K/V in the paged cache and returns
     ``[num_tokens, num_heads, head_dim]``.
     """
@@ -148,13 +148,14 @@ class PagedLlama:
 
     def __init__(self, config: Any, embed: torch.Tensor, layers: list[LayerWeights],
                  final_norm: torch.Tensor, lm_head: Linear, ops: Ops = TORCH_OPS):
-        self.config = config
+        act = getattr(config, "hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"hidden_act={act!r} is not supported (Llama-family models use 'silu')")
+        self.config, self.ops = config, ops
         self.embed = embed  # [vocab, hidden]
-        self.layers = layers
-        self.final_norm = final_norm
+        self.layers, self.num_layers = layers, len(layers)
+        self.final_norm = final_norm  # [hidden]
         self.lm_head = lm_head  # [vocab, hidden] (its weight is the embedding itself when tied)
-        self.ops = ops
-        self.num_layers = len(layers)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.hidden_size = config.hidden_size
@@ -163,16 +164,10 @@ class PagedLlama:
         self.scale = self.head_dim**-0.5
         self.dims = Dims(self.num_heads, self.num_kv_heads, self.head_dim, self.eps)
         self.max_model_len = int(getattr(config, "max_position_embeddings", 0) or 2048)
-        self.dtype = embed.dtype
-        self.device = embed.device
-        act = getattr(config, "hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"hidden_act={act!r} is not supported (Llama-family models use 'silu')")
-        inv_freq, rope_scale = rope_inv_freq(config, self.head_dim)
-        self._inv_freq = inv_freq.to(self.device)
-        self._rope_scale = rope_scale
-        self._cos = self._sin_signed = torch.empty(0, self.head_dim)
-        self._extend_rope(min(self.max_model_len, 4096))
+        self.dtype, self.device = embed.dtype, embed.device
+        # rope_tables(positions, max_position) -> cos, pre-signed sin, each [num_tokens, 1, head_dim]
+        self.rope_tables = RopeTables(config, self.head_dim, self.device, self.dtype,
+                                      min(self.max_model_len, 4096))
 
     @classmethod
     def from_hf(cls, model: Any, ops: Ops = TORCH_OPS) -> PagedLlama:
@@ -193,28 +188,6 @@ class PagedLlama:
         return cls(model.config, core.embed_tokens.weight.detach(), layers, core.norm.weight.detach(),
                    linear(model.lm_head), ops)
 
-    def _extend_rope(self, length: int) -> None:
-        """cos/sin tables [length, head_dim] for positions 0..length-1 (grown on demand)."""
-        pos = torch.arange(length, device=self.device, dtype=torch.float32)
-        freqs = pos[:, None] * self._inv_freq[None, :]  # [length, head_dim // 2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self._cos = (emb.cos() * self._rope_scale).to(self.dtype)
-        sin = (emb.sin() * self._rope_scale).to(self.dtype)
-        # RoPE is x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1). That equals
-        # x.roll(half) * sin_signed with sin's first half negated (exactly: only signs move), 2 ops fewer.
-        half = sin.shape[-1] // 2
-        self._sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
-
-    def rope_tables(self, positions: torch.Tensor,
-                    max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and pre-signed sin (see _extend_rope) of each position, each [num_tokens, 1, head_dim]; the
-        tables grow when a position is past their end. ``max_position``: the largest position, when the
-        caller knows it (else it is read from ``positions``: a device sync)."""
-        top = int(positions.max()) if max_position is None else max_position
-        if top >= self._cos.shape[0]:
-            self._extend_rope(max(top + 1, 2 * self._cos.shape[0]))
-        return self._cos[positions].unsqueeze(1), self._sin_signed[positions].unsqueeze(1)
-
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list,
                 meta: AttentionMetadata | list[AttentionMetadata], attention=None,
@@ -226,8 +199,7 @@ class PagedLlama:
         kv_caches: per layer (k_cache, v_cache), each [num_blocks, block_size, num_kv_heads, head_dim];
         kv_scales: per layer (k_scale, v_scale) of an fp8 cache (``KVCache.scales``), None for a float one;
         attention(q, k, v, k_cache, v_cache, meta, scale) stores k/v and returns [num_tokens, heads,
-        head_dim]; with kv_scales it also gets the layer's ``k_scale=``, ``v_scale=`` (so an attention
-        function written for float caches keeps working).
+        head_dim] (given ``k_scale=``, ``v_scale=`` only with kv_scales: float-cache attention still works).
         """
         attention = attention or PagedAttention()
         metas = list(meta) if isinstance(meta, (list, tuple)) else [meta] * self.num_layers

@@ -79,6 +79,15 @@ class RequestTable:
         req.generators[seq.seq_id] = generator
         self._by_seq[seq.seq_id] = req
 
+    def note_cached_tokens(self, scheduled, allocator, connector=None) -> None:
+        """Each request whose first prefill chunk is ``scheduled`` records the prompt tokens it skipped: its
+        prefix-cache hit, and what a second tier (``connector``) gave it (vLLM's PrefillStats adds both)."""
+        for s in scheduled:
+            req = self._by_seq[s.seq.seq_id]
+            if s.is_prefill and req.num_cached_tokens is None and s.seq is req.seqs[0]:
+                req.num_cached_tokens = allocator.num_cached_tokens(s.seq.seq_id) + (
+                    connector.num_external_tokens(s.seq.seq_id) if connector else 0)
+
     def release(self) -> None:
         """The call is over: the engine keeps no request."""
         self._by_seq.clear()

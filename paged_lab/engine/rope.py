@@ -1,8 +1,7 @@
-"""RoPE's settings from a transformers config: the inverse frequencies and the scale of cos/sin.
-
-The model (``engine.llama.PagedLlama``) turns them into its cos/sin tables; transformers reads the same
-settings under two spellings (``rope_parameters`` since transformers 5, ``rope_theta`` + ``rope_scaling``
-before), and scales them by one of several schemes.
+"""RoPE's settings from a transformers config (the inverse frequencies, the scale of cos/sin) and the
+cos/sin tables the model (``engine.llama.PagedLlama``) reads. Transformers reads the settings under two
+spellings (``rope_parameters`` since transformers 5, ``rope_theta`` + ``rope_scaling`` before), and scales
+them by one of several schemes.
 """
 
 from __future__ import annotations
@@ -59,3 +58,35 @@ def rope_inv_freq(config: Any, head_dim: int) -> tuple[torch.Tensor, float]:
                          f"{', '.join(ROPE_INIT_FUNCTIONS)}")
     inv_freq, scale = ROPE_INIT_FUNCTIONS[kind](config, None)
     return inv_freq.float().cpu(), float(scale)
+
+
+class RopeTables:
+    """cos and pre-signed sin of every position, ``[length, head_dim]`` each, grown on demand.
+
+    RoPE is ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)``. That equals
+    ``x.roll(half) * sin_signed`` with sin's first half negated (exactly: only signs move), 2 ops fewer:
+    ``engine.llama.rope`` computes it so."""
+
+    def __init__(self, config: Any, head_dim: int, device, dtype: torch.dtype, length: int):
+        inv_freq, self.scale = rope_inv_freq(config, head_dim)
+        self.inv_freq, self.dtype = inv_freq.to(device), dtype  # [head_dim // 2]
+        self.extend(length)
+
+    def extend(self, length: int) -> None:
+        """The tables for positions 0 .. length - 1."""
+        pos = torch.arange(length, device=self.inv_freq.device, dtype=torch.float32)
+        freqs = pos[:, None] * self.inv_freq[None, :]  # [length, head_dim // 2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [length, head_dim]
+        self.cos = (emb.cos() * self.scale).to(self.dtype)
+        sin = (emb.sin() * self.scale).to(self.dtype)
+        half = sin.shape[-1] // 2
+        self.sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+
+    def __call__(self, positions: torch.Tensor, max_position: int | None = None) -> tuple[torch.Tensor, ...]:
+        """cos and pre-signed sin of each position, each ``[num_tokens, 1, head_dim]``; the tables grow when
+        a position is past their end. ``max_position``: the largest position, when the caller knows it
+        (else it is read from ``positions``: a device sync)."""
+        top = int(positions.max()) if max_position is None else max_position
+        if top >= self.cos.shape[0]:
+            self.extend(max(top + 1, 2 * self.cos.shape[0]))
+        return self.cos[positions].unsqueeze(1), self.sin_signed[positions].unsqueeze(1)

@@ -10,21 +10,18 @@ Every operation follows the same two steps, so a reader can check each line by h
 Cache layout (per layer): ``k_cache``, ``v_cache``: ``[num_blocks, block_size, num_kv_heads, head_dim]``;
 ``slot = physical_block * block_size + offset``. Any block size works here (1, 3, 16, ...).
 
-A sliding-window layer (``sliding_window=W``) lets the query at position ``p`` see keys ``p - W + 1 .. p``
-only (vLLM's ``sliding_window``, transformers' ``sliding_window_overlay``). Its block table may hold
-``NULL_BLOCK`` (-1) for blocks that lie wholly before every query's window (the HybridBlockManager gave
-them back): those entries are never read, because the gather starts at the first block a query needs.
+A sliding-window layer (``sliding_window=W``, notebook 08) lets the query at position ``p`` see keys
+``p - W + 1 .. p`` only. Its table may hold ``NULL_BLOCK`` (-1) for blocks wholly before every query's
+window: never read, since the gather starts at the first block a query needs.
 
 Scores and softmax run in float32 whatever the cache dtype; the result is cast back to ``q.dtype``.
 An fp8 cache (``torch.float8_e4m3fn``) stores ``x / k_scale`` (or ``v_scale``) and is read back as
 ``x * scale`` (:mod:`paged_lab.kernels.quant`); a float cache ignores the scales.
-This file does no argument checking: call it through :mod:`paged_lab.kernels.dispatch`
-(``backend="reference"``), which validates shapes, dtypes and table contents first.
-
-Its three functions are the interface every backend has, with these signatures (torch_paged, cpu.attention,
-triton_paged; :mod:`~paged_lab.kernels.dispatch` holds the table of them). The keyword-only ``plan``,
-``num_splits`` and ``max_query_len`` are what the faster backends precompute or tune (a step's indices,
-how to split a long context, the grid's size); a loop over sequences needs none of them.
+This file does no argument checking: :mod:`paged_lab.kernels.dispatch` (``backend="reference"``) checks
+shapes, dtypes and table contents first. Its three functions are the interface every backend has, with
+these signatures (torch_paged, cpu.attention, triton_paged; ``dispatch`` holds their table). The
+keyword-only ``plan``, ``num_splits`` and ``max_query_len`` are what faster backends precompute or tune (a
+step's indices, how to split a long context, the grid's size); a loop over sequences needs none.
 """
 
 from __future__ import annotations
@@ -64,10 +61,8 @@ def gather_kv(k_cache, v_cache, block_table, context_len: int, k_scale: float = 
               first_block: int = 0):
     """Read one sequence's tokens ``first_block * block_size .. context_len - 1`` of K and V through its
     block table (``first_block`` > 0: a window's sequence, whose earlier entries may be NULL_BLOCK).
-
     Returns two contiguous float32 tensors ``[context_len - first_block * block_size, num_kv_heads,
-    head_dim]`` (an fp8 cache dequantized: ``x * k_scale``, ``x * v_scale``).
-    """
+    head_dim]`` (an fp8 cache dequantized: ``x * k_scale``, ``x * v_scale``)."""
     block_size = k_cache.shape[1]
     num_blocks = cdiv(context_len, block_size)  # ceil: the last block may be partly filled
     blocks = block_table[first_block:num_blocks].long()

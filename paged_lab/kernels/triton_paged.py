@@ -1,10 +1,10 @@
 """Paged attention in Triton: store_kv, decode (with split-KV flash-decoding) and prefill (notebook 06).
 
 Top to bottom: the sizes the kernels support, how a launch is sized, each kernel with its launcher, and a
-check against :mod:`~paged_lab.kernels.reference` (``python -m paged_lab.kernels.triton_paged``; Triton's
-interpreter where there is no CUDA GPU, so import the kernels through ``_interpret.load_kernels``). The
-launchers have every backend's signatures and trust validated arguments (:mod:`~paged_lab.kernels.checks`);
-the dispatch gives them no fp8 cache and no window, so the scales, ``sliding_window`` and ``plan`` go unused.
+check against :mod:`~paged_lab.kernels.reference` (``python -m paged_lab.kernels.triton_paged``; with no
+CUDA GPU, import the kernels through ``_interpret.load_kernels``: Triton's interpreter). The launchers have
+every backend's signatures and trust checked arguments; no fp8 cache, no window: scales, ``sliding_window``
+and ``plan`` go unused.
 
 The kernels walk a sequence's context in tiles of ``TILE`` positions and look each position's block up in
 the table; positions at or past ``context_len`` are masked on the loads (``other=0``: NaN in unused slots is
@@ -88,9 +88,8 @@ def compute_in_f32(dtype, cc: int | None) -> bool:
 
 def tile_for(block_size: int, f32: bool, cc: int | None) -> int:
     """TILE, the positions one loop step reads: ``block_size`` clamped to [16 (``tl.dot``), the largest that
-    fits]. fp32 K and V tiles take twice the bytes of half ones: at 64 positions x head_dim 128 they need more
-    shared memory than a T4 (64 KiB) or an sm_86 (99 KiB) has, and spill registers on sm_90; 32 fits all.
-    Half tiles: 64 from sm_80 up, 32 on sm_75."""
+    fits]. fp32 tiles of 64 positions x head_dim 128 need more shared memory than a T4 (64 KiB) or an sm_86
+    (99 KiB) has, and spill registers on sm_90: 32 fits all. Half tiles: 64 from sm_80 up, 32 on sm_75."""
     return min(max(block_size, 16), 32 if f32 or (cc or INTERPRETER_CC) < 80 else 64)
 
 
@@ -290,8 +289,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_tokens: int, device)
     return max(1, min(math.ceil(target / programs), max_tokens // 512, 64))
 
 
-def _contiguous(q, block_tables, context_lens):
-    """What the kernels index with unit strides: q's head_dim, the table's rows, the lengths."""
+def _contiguous(q, block_tables, context_lens):  # what the kernels index with unit strides
     return q if q.stride(2) == 1 else q.contiguous(), block_tables.contiguous(), context_lens.contiguous()
 
 
@@ -447,7 +445,7 @@ def check_against_reference(device, dtype=torch.float32, seed: int = 0) -> dict[
     return err | {"store_kv": max(diff(a, b) for a, b in zip(mine, ref))}
 
 
-def diff(a, b) -> float:
+def diff(a, b) -> float:  # the largest absolute difference
     return (a.float() - b.float()).nan_to_num(0.0).abs().max().item()
 
 

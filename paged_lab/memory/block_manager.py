@@ -1,10 +1,9 @@
 """BlockManager: the operations on block tables: allocate, append, copy-on-write, prefix caching, fork, free.
 
-This is vLLM V1's full-attention manager (``FullAttentionManager``, vllm 0.32.0's
+This is vLLM V1's full-attention manager (``FullAttentionManager`` in vllm 0.32.0's
 ``vllm/v1/core/single_type_kv_cache_manager.py:729``; nano-vllm's ``block_manager.py``): a sequence keeps
-every block until it finishes. The tables and their reads (``slot_for``, ``block_table``, ``slot_mapping``)
-are ``BlockTables`` (``memory/block_tables.py``), its base; a sliding window's manager is its subclass
-(``memory/sliding_window.py``), as vLLM's SlidingWindowManager sits beside its FullAttentionManager.
+every block until it finishes. Its base, ``BlockTables`` (``memory/block_tables.py``), holds the tables and
+their reads; a sliding window's manager is its subclass (``memory/sliding_window.py``), as in vLLM.
 
 The manager never touches tensors: it decides *where* every token's K and V go (a copy-on-write returns a
 :class:`CowAction`: the caller copies the KV). Every operation checks first, then changes state: an
@@ -118,8 +117,7 @@ class BlockManager(BlockTables, EventLog):
         their full blocks are offered to the prefix cache at once. None: all of them (the whole prompt is
         computed now). A chunked prefill passes 0 and calls :meth:`cache_blocks` as each chunk is scheduled:
         a block whose KV was never computed must not be found (vLLM V1's ``cache_blocks``).
-        ``num_prompt_tokens``: the prompt's length among ``token_ids``; full attention caches every full
-        block, so it does not need it (a sliding window does: ``memory/sliding_window.py``)."""
+        ``num_prompt_tokens``: unused here (a sliding window's manager needs it: which blocks to cache)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
         token_ids = list(token_ids)

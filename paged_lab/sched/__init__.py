@@ -13,6 +13,7 @@
 from paged_lab.sched.output import ScheduledSeq, SchedulerOutput
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
+from paged_lab.sched.tiered import TieredScheduler
 
 __all__ = ["RequestTooLargeError", "ScheduledSeq", "Scheduler", "SchedulerOutput", "Sequence",
-           "SequenceStatus"]
+           "SequenceStatus", "TieredScheduler"]

@@ -26,7 +26,7 @@ class RequestControl:
             raise ValueError(f"seq {seq.seq_id!r} is already finished ({seq.finish_reason})")
         if seq.seq_id not in self._live:
             raise KeyError(f"seq {seq.seq_id!r} was never added to this scheduler")
-        for q in (self.waiting, self.swapped, self.loading):
+        for q in (self.waiting, self.swapped):
             if seq in q:
                 q.remove(seq)
         self.running = [s for s in self.running if s is not seq]
@@ -41,10 +41,8 @@ class RequestControl:
         aborted = [s for s in self._live.values() if s.status is not FINISHED]
         for seq in aborted:
             seq.status, seq.finish_reason, seq.finish_step = FINISHED, "abort", step
-        self.waiting, self.running, self.swapped, self.loading = deque(), [], deque(), deque()
+        self.waiting, self.running, self.swapped = deque(), [], deque()
         self._live, self._last_out = {}, None
-        if self.connector is not None:  # a second tier forgets everything: nothing half-copied is found
-            self.connector.reset()
         moved, self.swap_space = self.swap_space.num_blocks_moved, CpuSwapSpace(self.num_cpu_blocks)
         self.swap_space.num_blocks_moved = moved
         self.allocator.reset()

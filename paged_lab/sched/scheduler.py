@@ -19,7 +19,7 @@ computed so far plus this step's, so a prompt chunked by the token budget takes 
 ``"recompute"`` drops the blocks and queues the sequence at the front, to be prefilled again; ``"swap"``
 copies its blocks to a CPU pool and back (``out.swap_out``/``swap_in``; recompute when the CPU pool is
 full or the sequence is still in its prefill). The engine's calls between steps (``finish``,
-``abort_all``, ``fork``) are in ``control.py``.
+``abort_all``, ``fork``) are in ``control.py``; a second KV tier's admission (notebook 09) in ``tiered.py``.
 """
 
 from __future__ import annotations
@@ -55,16 +55,13 @@ class Scheduler(RequestControl):
 
     def __init__(self, allocator: KVCacheAllocator, max_num_seqs: int, mode: str = "continuous",
                  preemption: str = "recompute", max_num_batched_tokens: int | None = None,
-                 num_cpu_blocks: int | None = None, allocation: str = "v1", connector=None):
+                 num_cpu_blocks: int | None = None, allocation: str = "v1"):
         if allocator is None:
             raise ValueError("allocator must be a BlockManager or ContiguousAllocator, got None")
         for name, value, choices in (("mode", mode, MODES), ("preemption", preemption, PREEMPTION),
                                      ("allocation", allocation, ALLOCATION)):
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-        if connector is not None and (allocation, preemption, mode) != ("v1", "recompute", "continuous"):
-            raise ValueError("connector: a second tier follows vLLM V1: allocation='v1', preemption="
-                             "'recompute', mode='continuous'")
         if preemption == "swap" and not getattr(allocator, "swappable", True):
             raise ValueError(f"preemption='swap' copies one block table per sequence to the CPU; "
                              f"{type(allocator).__name__} keeps one per layer group: use 'recompute'")
@@ -74,8 +71,7 @@ class Scheduler(RequestControl):
         self.allocator, self.mode, self.preemption, self.allocation = allocator, mode, preemption, allocation
         self.block_size, self.num_blocks = allocator.block_size, allocator.num_blocks
         self.max_slots_per_seq = allocator.max_slots_per_seq  # the whole pool, or one reservation
-        # "whole_prompt" allocates every block of a prompt at admission, so admission counts them all: a
-        # window group's too (a HybridBlockManager's max_slots_per_seq counts its peak under a token budget)
+        # "whole_prompt" allocates a whole prompt at admission: a window group's blocks too (Hybrid...)
         self.max_prompt_slots = (getattr(allocator, "max_whole_prompt_slots", self.max_slots_per_seq)
                                  if allocation == "whole_prompt" else self.max_slots_per_seq)
         self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
@@ -84,10 +80,6 @@ class Scheduler(RequestControl):
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (the last is preempted first)
         self.swapped: deque[Sequence] = deque()
-        # A second tier (``memory/offload/``, vLLM's KVConnector): hits looked up at admission, loaded
-        # while the request waits in ``loading`` (vLLM's kv_holding_waiting), stores offered every step.
-        self.connector = connector
-        self.loading: deque[Sequence] = deque()
         self.step_count = self.num_preemptions = 0
         self._live: dict = {}  # seq_id -> every sequence added and not finished yet
         self._last_out: SchedulerOutput | None = None  # what update() must be given next
@@ -106,10 +98,9 @@ class Scheduler(RequestControl):
         self.waiting.append(seq)
 
     def never_fits(self, num_prompt_tokens: int, max_tokens: int) -> str | None:
-        """The pool-fit rule: the argument that keeps a request from ever fitting, even alone, in the
-        slots one sequence can hold (``max_slots_per_seq``): "prompt_token_ids" when the prompt is
-        longer, "max_tokens" when prompt + max_tokens - 1 is (``Sequence.max_num_slots``: the last
-        sampled token is never stored); None when it fits. The engine checks requests with it too."""
+        """The pool-fit rule (the engine checks requests with it too): what keeps a request from ever fitting,
+        even alone, in the slots one sequence holds: "prompt_token_ids" when the prompt is longer,
+        "max_tokens" when prompt + max_tokens - 1 is (the last sampled token is never stored); else None."""
         if num_prompt_tokens > self.max_prompt_slots:
             return "prompt_token_ids"
         if num_prompt_tokens + max_tokens - 1 > self.max_slots_per_seq:
@@ -133,11 +124,11 @@ class Scheduler(RequestControl):
                 f"lower max_tokens to <= {cap - n + 1} or enlarge the pool")
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped or self.loading)
+        return bool(self.num_unfinished)
 
     @property
     def num_unfinished(self) -> int:
-        return len(self.waiting) + len(self.running) + len(self.swapped) + len(self.loading)
+        return len(self.waiting) + len(self.running) + len(self.swapped)
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -152,16 +143,13 @@ class Scheduler(RequestControl):
             static_batch_busy = self.mode == "static" and self.running  # its free windows stay idle
             if not self.swapped and not static_batch_busy:
                 self._admit(out, budget)
-        if self.connector is not None:  # this step's loads and stores (vLLM: build_connector_meta)
-            out.kv_meta = self.connector.build_connector_meta(out.scheduled, self.allocator)
         self._last_out = out
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Step 1: every running sequence, oldest first, while the token budget lasts (the rest
-        keep their blocks and wait). Returns the budget left."""
-        # Preemption pops victims off the end of ``running`` -- never one already scheduled -- so
-        # this loop simply stops earlier, and what is left in ``running`` is the running set.
+        """Step 1: every running sequence, oldest first, while the token budget lasts (the rest keep their
+        blocks and wait). Returns the budget left. Preemption pops victims off the end of ``running`` (never
+        one already scheduled), so this loop stops earlier, and what is left in ``running`` runs."""
         for seq in self.running:
             if budget <= 0:
                 break
@@ -176,16 +164,14 @@ class Scheduler(RequestControl):
         return min(len(seq.token_ids) + len(seq.spec_token_ids) - seq.num_computed_tokens, budget)
 
     def _reserve_slots(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> bool:
-        """Slots for the next ``num_new`` tokens of ``seq``: those that have none yet get one (a decode's
-        token sampled last step; a chunk of a prefill allocated chunk by chunk). While no block is free,
-        preempt the newest running sequence -- ``seq`` itself when it is the newest left, so the oldest
-        always makes progress. Returns False when ``seq`` was preempted."""
+        """Slots for the next ``num_new`` tokens of ``seq`` that have none yet (a decode's token sampled last
+        step; a prefill's next chunk). While no block is free, preempt the newest running sequence (``seq``
+        itself when it is the newest left, so the oldest always progresses). False: ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
         drafts = end - len(seq.token_ids)  # draft positions get slots, not tokens (vLLM: in num_new_tokens)
         ahead = {"num_lookahead_tokens": drafts} if drafts > 0 else {}
-        # A sliding-window layer group gives back the blocks before its window first, so this step can reuse
-        # them (vLLM: ``remove_skipped_blocks`` in ``allocate_slots``; nothing happens for full attention).
+        # A window group first gives back the blocks before its window (vLLM: in allocate_slots; full: none)
         self.allocator.remove_skipped_blocks(seq.seq_id, seq.num_computed_tokens)
         while True:
             try:
@@ -238,59 +224,36 @@ class Scheduler(RequestControl):
         return budget
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        """Step 3: waiting sequences, first come first served, while windows and budget last. With a second
-        tier, those holding blocks for a load go first, and one that must wait is skipped (vLLM)."""
-        skipped = {id(self.loading): deque(), id(self.waiting): deque()}
-        while (self.loading or self.waiting) and len(self.running) < self.max_num_seqs and budget > 0:
-            queue = self.loading or self.waiting
-            seq = queue[0]
-            external = 0 if self.connector is None else self.connector.admission(seq, self.allocator)
-            if external is None:  # its load, or a tier block it hits, is still in flight
-                skipped[id(queue)].appendleft(queue.popleft())
-                continue
-            if not self._allocate_prompt(seq, budget, external):
+        """Step 3: waiting sequences, first come first served, while windows and budget last."""
+        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            if not self._allocate_prompt(seq, budget):
                 break  # first come, first served: nobody overtakes the head
-            queue.popleft()
-            if external:  # its hit is loaded from the tier: it waits in ``loading`` until then
-                self.connector.after_alloc(seq, self.allocator, external)
-                skipped[id(self.loading)].appendleft(seq)
-                continue
+            self.waiting.popleft()
             self._start_running(seq, out)
             budget -= self._schedule_tokens(seq, self._num_new_tokens(seq, budget), out)
-        self.loading.extendleft(skipped[id(self.loading)])  # (in their order, in front: vLLM)
-        self.waiting.extendleft(skipped[id(self.waiting)])
 
-    def _allocate_prompt(self, seq: Sequence, budget: int, external: int = 0) -> bool:
-        """Blocks for a waiting ``seq``, or False (nothing changed) when it must wait. ``external``: tokens
-        after its prefix-cache hit to load from a second tier (they get blocks, nothing computes now)."""
-        held = self.allocator.num_tokens(seq.seq_id) if seq.seq_id in self.allocator else None
+    def _allocate_prompt(self, seq: Sequence, budget: int) -> bool:
+        """Blocks for a waiting ``seq``, or False (nothing changed) when it must wait. ``allocation="v1"``:
+        blocks for its prefix-cache hit and the at most ``budget`` tokens it computes this step."""
         # The whole sequence must fit, its prefix-cache hits counted (vLLM V1: allocate_slots with
-        # full_sequence_must_fit); a recomputed sequence prefills its outputs too. One whose tier load is
-        # done holds blocks for its hit already: the rest must fit.
-        if not (self.allocator.can_allocate(seq.token_ids) if held is None
-                else self.allocator.can_append(seq.seq_id, len(seq) - held)):
+        # full_sequence_must_fit); a recomputed sequence prefills its outputs too.
+        if not self.allocator.can_allocate(seq.token_ids):
             return False
         # It fits, yet this step's own blocks may not: a window group's admission count is capped, and a
         # prefix hit can bring it below one chunk's blocks (vLLM: allocate_slots returns None, and
         # nobody is admitted). The prompt length tells a window group which blocks to cache.
         try:
-            if held is not None:
-                end = seq.num_computed_tokens + self._num_new_tokens(seq, budget)
-                self.allocator.append_tokens(seq.seq_id, seq.token_ids[held:end])
-            else:  # v1: what this step computes (or the tier's hit, to load)
-                slots_now = external or (budget if self.allocation == "v1" else None)
-                self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
-                                        max_new_tokens=slots_now, num_prompt_tokens=seq.num_prompt_tokens)
+            self.allocator.allocate(seq.seq_id, seq.token_ids, num_tokens_to_cache=0,
+                                    max_new_tokens=budget if self.allocation == "v1" else None,
+                                    num_prompt_tokens=seq.num_prompt_tokens)
         except OutOfBlocks:  # (nothing changed)
             return False
         return True
 
     def _start_running(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """``seq`` was admitted: its prefill starts after its prefix-cache hit (and a tier's load)."""
-        if not seq.num_computed_tokens:  # (a tier's load set it already)
-            seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)
-            if self.connector is not None:  # the lookup counts, with no tier hit
-                self.connector.after_alloc(seq, self.allocator, 0)
+        """``seq`` was admitted: its prefill starts after its prefix-cache hit."""
+        seq.num_computed_tokens = self.allocator.num_cached_tokens(seq.seq_id)
         seq.num_prefill_tokens = len(seq)  # after a recompute preemption: its outputs too
         seq.status = RUNNING
         if seq.first_scheduled_step is None:
@@ -314,10 +277,10 @@ class Scheduler(RequestControl):
 
     # -- after the forward -----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids) -> list[Sequence]:
-        """Record this step: mark KV computed and append one sampled token per entry of
-        ``out.sampling`` (in that order). Returns the sequences that finished this step. An entry with
-        drafts gets a list: its accepted drafts and one more token; its rejected drafts do not count as
-        computed (vLLM: ``num_computed_tokens -= num_rejected``)."""
+        """Record this step: mark KV computed and append one sampled token per entry of ``out.sampling`` (in
+        that order; an entry with drafts gets a list: its accepted drafts and one more token, its rejected
+        drafts not counted as computed: vLLM's ``num_computed_tokens -= num_rejected``). Returns the
+        sequences that finished this step."""
         if out is not self._last_out:  # (every check before any change)
             raise ValueError("out: update() takes the SchedulerOutput of the latest schedule() call, once")
         sampled, sampling = list(sampled_token_ids), out.sampling
@@ -325,8 +288,6 @@ class Scheduler(RequestControl):
             raise ValueError(f"sampled_token_ids: got {len(sampled)} ids for {len(sampling)} sequences "
                              f"that sample this step (out.sampling)")
         self._last_out = None
-        if self.connector is not None:  # the worker's report: this step's loads, last step's stores
-            self.connector.update_connector_output(out.kv_meta)
         for entry in out.scheduled:
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
@@ -358,5 +319,3 @@ class Scheduler(RequestControl):
         self.swap_space.release(seq.seq_id)
         seq.status, seq.finish_reason, seq.finish_step = SequenceStatus.FINISHED, reason, step
         self._live.pop(seq.seq_id, None)
-        if self.connector is not None:
-            self.connector.request_finished(seq)

@@ -23,6 +23,7 @@ from paged_lab.memory.allocator import KVCacheAllocator
 from paged_lab.memory.offload import CPUOffloadingManager, OffloadingConnector
 from paged_lab.sched.scheduler import RequestTooLargeError, Scheduler
 from paged_lab.sched.sequence import Sequence, SequenceStatus
+from paged_lab.sched.tiered import TieredScheduler
 from paged_lab.sim.latency import latency_summary, token_gaps
 from paged_lab.sim.workloads import Request, Workload
 
@@ -129,10 +130,12 @@ def _make_scheduler(allocator, scheduler, kv_offloading_blocks: int | None = Non
             raise TypeError("scheduler must be a Scheduler or a dict of its arguments, got "
                             f"{type(scheduler).__name__}")
         kwargs = {"max_num_seqs": 256, **scheduler}
-        if kv_offloading_blocks is not None:  # a second tier of that many blocks (memory/offload/)
+        if kv_offloading_blocks is None:
+            sched = Scheduler(allocator, **kwargs)
+        else:  # a second tier of that many blocks (memory/offload/)
             tier = CPUOffloadingManager(check_int("kv_offloading_blocks", kv_offloading_blocks, minimum=1))
-            kwargs["connector"] = OffloadingConnector(tier, allocator.block_size)
-        sched = Scheduler(allocator, **kwargs)
+            connector = OffloadingConnector(tier, allocator.block_size)
+            sched = TieredScheduler(allocator, connector=connector, **kwargs)
     if sched.has_unfinished() or sched.step_count or sched.allocator.seq_ids:
         raise ValueError("scheduler: simulate() needs a fresh Scheduler and an empty allocator")
     return sched
@@ -305,7 +308,7 @@ def _summary(cols: dict, rows: list[dict], sched: Scheduler) -> dict:
         "p95_latency": float(np.percentile(lat, 95)) if len(lat) else 0.0,
         "num_preemptions": sched.num_preemptions,
         "blocks_swapped": sched.swap_space.num_blocks_moved,  # out + in
-        **_tier_summary(sched.connector),
+        **_tier_summary(getattr(sched, "connector", None)),
         "prefill_tokens": sum(cols["prefill_tokens"]),  # prompt tokens computed (cache hits skipped)
         "peak_running": max(cols["running"], default=0),
         # Over the whole run: slots holding tokens / slots reserved (time-weighted).

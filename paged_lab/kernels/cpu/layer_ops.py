@@ -56,7 +56,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> None:
     """RoPE in place on q ``[rows, nq, hd]`` and k ``[rows, nkv, hd]`` (views whose rows may be strided, each
-    head's hd contiguous); cos, sin_signed ``[rows, 1, hd]`` contiguous (see ``PagedLlama._extend_rope``)."""
+    head's hd contiguous); cos, sin_signed ``[rows, 1, hd]`` contiguous (see ``engine.rope.RopeTables``)."""
     rows, nq, hd = q.shape
     _lib().rope(q.data_ptr(), q.stride(0), nq, k.data_ptr(), k.stride(0), k.shape[1], cos.data_ptr(),
                 sin_signed.data_ptr(), rows, hd, _bf16(q), torch.get_num_threads())
