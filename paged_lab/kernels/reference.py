@@ -113,8 +113,7 @@ def paged_attention_decode(q, k_cache, v_cache, block_tables, context_lens, scal
         ctx = int(context_lens[i])
         first_block = first_key(ctx, 1, sliding_window) // block_size
         k, v = gather_kv(k_cache, v_cache, block_tables[i], ctx, k_scale, v_scale, first_block)
-        out[i] = attend(q[i : i + 1], k, v, scale, ctx - 1, sliding_window, first_block * block_size)[0].to(
-            q.dtype)
+        out[i] = attend(q[i : i + 1], k, v, scale, ctx - 1, sliding_window, first_block * block_size)[0]
     return out
 
 

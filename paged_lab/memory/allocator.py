@@ -46,9 +46,11 @@ class KVCacheAllocator(Protocol):
         Returns its block table."""
 
     # -- every step --------------------------------------------------------------------------
-    def append_tokens(self, seq_id: Hashable, token_ids: Sequence[int]) -> CowAction | None:
-        """Slots for the next tokens of ``seq_id``; raises ``OutOfBlocks`` (changing nothing) when they do
-        not fit. Returns the block copy to make first when its last block was shared."""
+    def append_tokens(self, seq_id: Hashable, token_ids: Sequence[int],
+                      num_lookahead_tokens: int = 0) -> CowAction | None:
+        """Slots for the next tokens of ``seq_id`` (and for ``num_lookahead_tokens`` draft positions after
+        them: speculative decoding, the BlockManager only); raises ``OutOfBlocks`` (changing nothing) when
+        they do not fit. Returns the block copy to make first when its last block was shared."""
 
     def remove_skipped_blocks(self, seq_id: Hashable, num_computed_tokens: int) -> None:
         """Give back the blocks no later token of ``seq_id`` reads, once ``num_computed_tokens`` are computed:

@@ -49,9 +49,8 @@ class BlockManager(BlockTables, EventLog):
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
                  record_events: bool = True, reuse: str = "v1", pool: BlockPool | None = None):
         super().__init__(num_blocks, block_size, reuse, pool)
-        self.enable_prefix_caching = bool(enable_prefix_caching)
+        self.enable_prefix_caching, self.stats = bool(enable_prefix_caching), BlockManagerStats()
         self._start_log(record_events)  # events, clock
-        self.stats = BlockManagerStats()
 
     # -- planning (no state changes) -----------------------------------------------------------
     def _cached_prefix(self, token_ids: Sequence[int], extra_key) -> tuple[list[int], list[bytes]]:
@@ -120,11 +119,10 @@ class BlockManager(BlockTables, EventLog):
         ``num_prompt_tokens``: unused here (a sliding window's manager needs it: which blocks to cache)."""
         if seq_id in self._seqs:
             raise DuplicateSequence(seq_id)
-        token_ids = list(token_ids)
+        token_ids = check_token_ids("token_ids", list(token_ids), error=InvalidTokenId)  # (a copy of its own)
         n = len(token_ids)
         if n == 0:
             raise InvalidArgument(f"allocate(seq_id={seq_id!r}) needs at least 1 token, got 0")
-        token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
         num_queried = n  # the prefix cache is asked about every token, slotted now or later
         to_cache = n if num_tokens_to_cache is None else check_int(
             "num_tokens_to_cache", num_tokens_to_cache, minimum=0, maximum=n, error=InvalidArgument)
@@ -213,7 +211,8 @@ class BlockManager(BlockTables, EventLog):
         hash, for that many draft positions after them (a block they leave unused stays, as in vLLM)."""
         s = self._seq(seq_id)
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
-        ahead = check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0, error=InvalidArgument)
+        ahead = num_lookahead_tokens and check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0,
+                                                   error=InvalidArgument)  # (0: no drafts, the usual case)
         if not token_ids and not ahead:
             return None
         new_blocks, copy_tail = self._append_plan(s, len(token_ids) + ahead)
@@ -228,10 +227,11 @@ class BlockManager(BlockTables, EventLog):
         for _ in range(new_blocks):  # the blocks these tokens open
             s.table.append(self._take_block(seq_id))
         s.token_ids.extend(token_ids)
-        n, bs = len(s.token_ids), self.block_size  # the blocks the tokens went to, then the drafts' blocks
-        for kind, a, b in (("append", n - len(token_ids), n), ("draft", n, n + ahead)):
-            if b > a and self.record_events:
-                self._emit(kind, seq_id, s.table[a // bs:self.blocks_for(b)], b)
+        if self.record_events:  # the blocks the tokens went to, then the drafts' blocks
+            n, bs = len(s.token_ids), self.block_size
+            for kind, a, b in (("append", n - len(token_ids), n), ("draft", n, n + ahead)):
+                if b > a:
+                    self._emit(kind, seq_id, s.table[a // bs:self.blocks_for(b)], b)
         if new_hashes:  # the tokens filled blocks: later prompts may reuse them
             s.hashes.extend(new_hashes)
             self._cache_full_blocks(s, seq_id, len(s.token_ids))
@@ -240,6 +240,8 @@ class BlockManager(BlockTables, EventLog):
     def _new_block_hashes(self, s: SequenceBlocks, token_ids: list[int]) -> list[bytes]:
         """The chained hash of each block that ``token_ids``, appended to ``s``, fill (caching on)."""
         start = len(s.token_ids) // self.block_size * self.block_size  # the last block's first token
+        if len(s.token_ids) + len(token_ids) < start + self.block_size:  # (most appends fill none)
+            return []
         return block_hashes(s.token_ids[start:] + token_ids, self.block_size, s.extra_key,
                             s.hashes[-1] if s.hashes else None)
 

@@ -27,7 +27,7 @@ import bisect
 from collections.abc import Hashable, Sequence
 
 from paged_lab._checks import check_int
-from paged_lab.memory.errors import DuplicateSequence, OutOfBlocks, UnknownSequence
+from paged_lab.memory.errors import DuplicateSequence, InvalidArgument, OutOfBlocks, UnknownSequence
 
 
 class ContiguousAllocator:
@@ -229,8 +229,12 @@ class ContiguousAllocator:
         """One more token in the reservation; never copies (nothing is shared)."""
         return self.append_tokens(seq_id, [token_id])
 
-    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> None:
-        """More tokens in the reservation; never copies (nothing is shared)."""
+    def append_tokens(self, seq_id, token_ids: Sequence[int], num_lookahead_tokens: int = 0) -> None:
+        """More tokens in the reservation; never copies (nothing is shared). No draft slots (speculative
+        decoding runs on the paged BlockManager)."""
+        if num_lookahead_tokens:
+            raise InvalidArgument(f"num_lookahead_tokens must be 0 for a contiguous reservation, got "
+                                  f"{num_lookahead_tokens!r}")
         size = self._size_at[self._check(seq_id)]
         if self._tokens[seq_id] + len(token_ids) > size:
             raise OutOfBlocks(1, 0, f"append_token(seq_id={seq_id!r}) past its reservation of {size} slots "

@@ -360,9 +360,14 @@ class HybridBlockManager(PagedPoolSlots):
         for m in self.managers.values():  # (full attention: nothing; a window: SlidingWindowManager's)
             m.remove_skipped_blocks(seq_id, computed)
 
-    def append_tokens(self, seq_id, token_ids: Sequence[int]) -> CowAction | None:
+    def append_tokens(self, seq_id, token_ids: Sequence[int],
+                      num_lookahead_tokens: int = 0) -> CowAction | None:
         """Slots for the next tokens in every group. All or nothing: raises OutOfBlocks, changing
-        nothing, when the groups' new blocks together do not fit."""
+        nothing, when the groups' new blocks together do not fit. No draft slots (speculative decoding runs
+        on full-attention models here)."""
+        if num_lookahead_tokens:
+            raise InvalidArgument(f"num_lookahead_tokens must be 0 with sliding-window layer groups, got "
+                                  f"{num_lookahead_tokens!r}")
         needed = sum(m.blocks_needed_to_append(seq_id, len(token_ids)) for m in self.managers.values())
         if needed > self.num_free_blocks:
             raise OutOfBlocks(needed, self.num_free_blocks, f"append_tokens(seq_id={seq_id!r}, "

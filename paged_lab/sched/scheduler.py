@@ -169,13 +169,12 @@ class Scheduler(RequestControl):
         itself when it is the newest left, so the oldest always progresses). False: ``seq`` was preempted."""
         end = seq.num_computed_tokens + num_new
         new_tokens = seq.token_ids[self.allocator.num_tokens(seq.seq_id):end]
-        drafts = end - len(seq.token_ids)  # draft positions get slots, not tokens (vLLM: in num_new_tokens)
-        ahead = {"num_lookahead_tokens": drafts} if drafts > 0 else {}
+        drafts = end - len(seq.token_ids)  # draft positions get slots, not tokens (vLLM: lookahead)
         # A window group first gives back the blocks before its window (vLLM: in allocate_slots; full: none)
         self.allocator.remove_skipped_blocks(seq.seq_id, seq.num_computed_tokens)
         while True:
             try:
-                cow = self.allocator.append_tokens(seq.seq_id, new_tokens, **ahead)
+                cow = self.allocator.append_tokens(seq.seq_id, new_tokens, drafts if drafts > 0 else 0)
             except OutOfBlocks:  # nothing changed (every allocator operation is all-or-nothing)
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -267,12 +266,13 @@ class Scheduler(RequestControl):
         any layer attends, so a request admitted later in this same step may share them. Blocks past
         them are not offered yet: if ``seq`` is preempted before computing them, no other request can
         find a block that holds no KV (vLLM V1: ``KVCacheManager.cache_blocks``)."""
-        start = seq.num_computed_tokens
-        end = start + num_new
-        self.allocator.cache_blocks(seq.seq_id, min(end, len(seq.token_ids)))  # never a draft (as vLLM)
-        is_prefill, samples = start < seq.num_prefill_tokens, end >= len(seq.token_ids)
-        spec, seq.spec_token_ids = seq.spec_token_ids[:max(0, end - len(seq.token_ids))], []  # (as vLLM)
-        out.scheduled.append(ScheduledSeq(seq, start, end, is_prefill, samples, tuple(spec)))
+        start, n = seq.num_computed_tokens, len(seq.token_ids)
+        end = start + num_new  # past n: draft positions (speculative decoding)
+        spec = tuple(seq.spec_token_ids[:end - n]) if end > n else ()  # the drafts verified this step
+        self.allocator.cache_blocks(seq.seq_id, end - len(spec))  # never a draft's block (as vLLM)
+        if seq.spec_token_ids:  # (verified now, or dropped: as vLLM)
+            seq.spec_token_ids = []
+        out.scheduled.append(ScheduledSeq(seq, start, end, start < seq.num_prefill_tokens, end >= n, spec))
         return num_new
 
     # -- after the forward -----------------------------------------------------------------------
@@ -292,24 +292,23 @@ class Scheduler(RequestControl):
             if entry.seq.status is RUNNING:  # (the engine may have finished it since schedule())
                 entry.seq.num_computed_tokens = entry.end
         finished = [entry.seq for entry, tokens in zip(sampling, sampled)
-                    if entry.seq.status is RUNNING and self._append_verified(entry, tokens, out.step)]
+                    if entry.seq.status is RUNNING and self._append_sampled(entry, tokens, out.step)]
         if finished:
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished
 
-    def _append_verified(self, entry, tokens, step: int) -> bool:
-        """Roll back ``entry``'s rejected drafts, then append its tokens (one or a list) up to a finish."""
-        tokens = tokens if isinstance(tokens, list) else [tokens]
-        entry.seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(tokens)
-        return any(self._append_sampled(entry.seq, t, step) for t in tokens)
-
-    def _append_sampled(self, seq: Sequence, token: int, step: int) -> bool:
-        """Append ``token`` to ``seq``; finish it on EOS or at ``max_tokens``. True when it finished."""
-        seq.append_token(token, step)
-        stop = not seq.ignore_eos and token == seq.eos_token_id
-        if stop or seq.num_output_tokens >= seq.max_tokens:
-            self._finish(seq, "stop" if stop else "length", step)
-            return True
+    def _append_sampled(self, entry: ScheduledSeq, tokens, step: int) -> bool:
+        """Append what ``entry``'s sequence sampled: one token, or a list (its drafts verified: those accepted
+        and one more). Finish it on EOS or at ``max_tokens``: True then."""
+        seq = entry.seq
+        if isinstance(tokens, list):  # its rejected drafts no longer count as computed
+            seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(tokens)
+        for token in tokens if isinstance(tokens, list) else (tokens,):
+            seq.append_token(token, step)
+            stop = not seq.ignore_eos and token == seq.eos_token_id
+            if stop or seq.num_output_tokens >= seq.max_tokens:
+                self._finish(seq, "stop" if stop else "length", step)
+                return True
         return False
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
