@@ -297,18 +297,18 @@ class Scheduler(RequestControl):
             self.running = [s for s in self.running if s.status is RUNNING]
         return finished
 
-    def _append_sampled(self, entry: ScheduledSeq, tokens, step: int) -> bool:
-        """Append what ``entry``'s sequence sampled: one token, or a list (its drafts verified: those accepted
-        and one more). Finish it on EOS or at ``max_tokens``: True then."""
+    def _append_sampled(self, entry: ScheduledSeq, token, step: int) -> bool:
+        """Append ``token`` to ``entry``'s sequence; finish it on EOS or at ``max_tokens``: True then. A list
+        (its drafts verified): its rejected drafts no longer count as computed; append the rest in turn."""
         seq = entry.seq
-        if isinstance(tokens, list):  # its rejected drafts no longer count as computed
-            seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(tokens)
-        for token in tokens if isinstance(tokens, list) else (tokens,):
-            seq.append_token(token, step)
-            stop = not seq.ignore_eos and token == seq.eos_token_id
-            if stop or seq.num_output_tokens >= seq.max_tokens:
-                self._finish(seq, "stop" if stop else "length", step)
-                return True
+        if isinstance(token, list):
+            seq.num_computed_tokens -= len(entry.spec_token_ids) + 1 - len(token)
+            return any(self._append_sampled(entry, t, step) for t in token)
+        seq.append_token(token, step)
+        stop = not seq.ignore_eos and token == seq.eos_token_id
+        if stop or seq.num_output_tokens >= seq.max_tokens:
+            self._finish(seq, "stop" if stop else "length", step)
+            return True
         return False
 
     def _finish(self, seq: Sequence, reason: str, step: int) -> None:
