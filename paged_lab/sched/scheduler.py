@@ -71,7 +71,7 @@ class Scheduler(RequestControl):
         self.allocator, self.mode, self.preemption, self.allocation = allocator, mode, preemption, allocation
         self.block_size, self.num_blocks = allocator.block_size, allocator.num_blocks
         self.max_slots_per_seq = allocator.max_slots_per_seq  # the whole pool, or one reservation
-        # "whole_prompt" allocates a whole prompt at admission: a window group's blocks too (Hybrid...)
+        # "whole_prompt": a window group also holds a whole prompt's blocks at admission (a shorter limit)
         self.max_prompt_slots = (getattr(allocator, "max_whole_prompt_slots", self.max_slots_per_seq)
                                  if allocation == "whole_prompt" else self.max_slots_per_seq)
         self.num_cpu_blocks = self.num_blocks if num_cpu_blocks is None else check_int(
