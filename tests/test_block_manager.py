@@ -391,6 +391,10 @@ def _snapshot(bm):
     (lambda bm: bm.allocate("b", [1, 2], num_tokens_to_cache=3),
      r"num_tokens_to_cache must be .* <= 2, got 3"),
     (lambda bm: bm.cache_blocks("a", 9), r"num_tokens must be an integer >= 0 and <= 6, got 9"),
+    (lambda bm: bm.append_tokens("a", [7], num_lookahead_tokens=-1),
+     r"num_lookahead_tokens must be an integer >= 0, got -1"),
+    (lambda bm: bm.append_tokens("a", [7], num_lookahead_tokens=None),
+     r"num_lookahead_tokens must be an integer >= 0, got None"),
 ])
 def test_bad_arguments_raise_and_change_nothing(call, match):
     from paged_lab.memory import InvalidArgument

@@ -69,6 +69,9 @@ def test_errors_name_the_argument():
         old.free("zz")
     with pytest.raises(ValueError, match="fork"):
         old.fork("a", "b")
+    with pytest.raises(ValueError, match="num_lookahead_tokens must be 0"):  # no draft slots here
+        old.append_tokens("a", [2], num_lookahead_tokens=2)
+    assert old.num_tokens("a") == 1
     old.allocate("b", [1])
     with pytest.raises(OutOfBlocks):
         old.allocate("c", [1])

@@ -142,6 +142,9 @@ def test_bad_arguments_name_what_is_wrong():
         hm.fork("a", "b")
     with pytest.raises(InvalidArgument, match="num_computed_tokens"):
         hm.remove_skipped_blocks("a", -1)
+    with pytest.raises(InvalidArgument, match="num_lookahead_tokens must be 0"):  # no draft slots here
+        hm.append_tokens("a", [4], num_lookahead_tokens=1)
+    assert hm.num_tokens("a") == 3
     with pytest.raises(InvalidArgument, match="num_prompt_tokens"):  # more than the tokens given
         hm.allocate("b", [1, 2, 3], num_prompt_tokens=4)
     assert "b" not in hm and hm.num_free_blocks == 4

@@ -211,8 +211,8 @@ class BlockManager(BlockTables, EventLog):
         hash, for that many draft positions after them (a block they leave unused stays, as in vLLM)."""
         s = self._seq(seq_id)
         token_ids = check_token_ids("token_ids", token_ids, error=InvalidTokenId)
-        ahead = num_lookahead_tokens and check_int("num_lookahead_tokens", num_lookahead_tokens, minimum=0,
-                                                   error=InvalidArgument)  # (0: no drafts, the usual case)
+        ahead = 0 if num_lookahead_tokens == 0 else check_int(  # (0: no drafts, the usual case)
+            "num_lookahead_tokens", num_lookahead_tokens, minimum=0, error=InvalidArgument)
         if not token_ids and not ahead:
             return None
         new_blocks, copy_tail = self._append_plan(s, len(token_ids) + ahead)
