@@ -32,12 +32,10 @@ class TieredScheduler(Scheduler):
     arguments are ``Scheduler``'s)."""
 
     def __init__(self, allocator, max_num_seqs: int, connector, **kwargs):
-        modes = tuple(kwargs.get(k, d) for k, d in
-                      (("allocation", "v1"), ("preemption", "recompute"), ("mode", "continuous")))
-        if modes != ("v1", "recompute", "continuous"):
+        super().__init__(allocator, max_num_seqs, **kwargs)  # (its arguments checked, its defaults taken)
+        if (self.allocation, self.preemption, self.mode) != ("v1", "recompute", "continuous"):
             raise ValueError("connector: a second tier follows vLLM V1: allocation='v1', preemption="
                              "'recompute', mode='continuous'")
-        super().__init__(allocator, max_num_seqs, **kwargs)
         self.connector = connector
         self.loading: deque[Sequence] = deque()  # holding blocks while their tier hit loads
 
